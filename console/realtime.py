@@ -1,0 +1,85 @@
+"""Pushing events to websocket consumers from any thread or process.
+
+Workers publish after the database commit; consumers re-read the database (or
+the persisted log) so a message only says "something changed".
+
+Sends go through one long-lived event loop per process and are sent in order
+by a single coroutine, so publishing never opens a new event loop per send and
+never waits for the channel layer. With the in-memory layer (embedded mode) the
+loop must be the web server's own loop: that layer is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any
+
+from channels.layers import InMemoryChannelLayer, get_channel_layer
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+_queue: asyncio.Queue | None = None
+_server_loop: asyncio.AbstractEventLoop | None = None
+
+
+def use_server_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Embedded mode: publish on the web server's loop (in-memory layer)."""
+    global _server_loop
+    _server_loop = loop
+
+
+async def _sender(queue: asyncio.Queue) -> None:
+    layer = get_channel_layer()
+    while True:
+        group, message = await queue.get()
+        try:
+            await layer.group_send(group, message)
+        except Exception:  # a push is best effort: the database already has the data
+            log.exception("group_send to %s failed", group)
+
+
+def _ensure_sender() -> tuple[asyncio.AbstractEventLoop, asyncio.Queue] | None:
+    global _loop, _queue
+    with _lock:
+        if _loop is not None and not _loop.is_closed():
+            return _loop, _queue
+        layer = get_channel_layer()
+        if layer is None:
+            return None
+        if isinstance(layer, InMemoryChannelLayer):
+            if _server_loop is None:
+                return None  # no web server in this process: nobody can be listening
+            loop = _server_loop
+        else:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="realtime-publisher", daemon=True).start()
+
+        async def start() -> asyncio.Queue:
+            queue: asyncio.Queue = asyncio.Queue()
+            asyncio.get_running_loop().create_task(_sender(queue))
+            return queue
+
+        _queue = asyncio.run_coroutine_threadsafe(start(), loop).result(timeout=10)
+        _loop = loop
+        return _loop, _queue
+
+
+def publish(group: str, message: dict[str, Any]) -> None:
+    """Queue a group_send; returns at once."""
+    sender = _ensure_sender()
+    if sender is None:
+        return
+    loop, queue = sender
+    loop.call_soon_threadsafe(queue.put_nowait, (group, message))
+
+
+def job_group(job_id: Any) -> str:
+    return f"job.{job_id}"
+
+
+def log_group(job_id: Any, index: int) -> str:
+    return f"joblog.{job_id}.{index}"

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class FaultToleranceConfig(AppConfig):
+    name = "faulttolerance"
+    verbose_name = "Fault tolerance"

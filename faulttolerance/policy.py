@@ -1,0 +1,87 @@
+"""The restart decision of SPEC §4, as a pure function of counters and class.
+
+Kept free of Django and Docker so each rule of the contract is a unit test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from . import classify as c
+
+MAX_CONSECUTIVE_UNCONDITIONAL = 3
+MAX_CONSECUTIVE_HANG = 3
+
+
+@dataclass(frozen=True)
+class Policy:
+    max_restarts: int  # R; 0 = fault tolerance off
+    unconditional: bool = False  # U
+    hang_restart: bool = False  # H
+
+
+@dataclass(frozen=True)
+class Counters:
+    restarts_used: int = 0
+    hang_restarts_used: int = 0
+    consecutive_unconditional: int = 0
+    consecutive_hang: int = 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    restart: bool
+    level: str  # "process", "container", "job" or "" when the job ends
+    reason: str
+    counters: Counters
+
+    @property
+    def summary(self) -> str:
+        return f"restart ({self.level} level): {self.reason}" if self.restart else f"end: {self.reason}"
+
+
+def level_for(failure_class: str) -> str:
+    if failure_class == c.HANG:
+        return "process"
+    if failure_class in (c.ENV_CHECK_FAILED, c.NODE_FAILURE):
+        return "job"
+    return "container"
+
+
+def decide(policy: Policy, counters: Counters, failure_class: str, *, stable: bool = False) -> Decision:
+    """Decide what happens after an attempt ended with failure_class.
+
+    stable: the attempt ran healthy for the stable window, which resets the
+    "consecutive" counters before deciding.
+    """
+    if stable:
+        counters = replace(counters, consecutive_unconditional=0, consecutive_hang=0)
+    r = policy.max_restarts
+    if failure_class == c.TERMINATED:
+        return Decision(False, "", "terminated by the user", counters)
+    if r == 0:
+        return Decision(False, "", "fault tolerance is off", counters)
+    if failure_class == c.HANG and policy.hang_restart and counters.consecutive_hang < MAX_CONSECUTIVE_HANG:
+        after = replace(
+            counters,
+            hang_restarts_used=counters.hang_restarts_used + 1,
+            consecutive_hang=counters.consecutive_hang + 1,
+        )
+        return Decision(True, "process", "hang restart (does not consume max restarts)", after)
+    if (
+        policy.unconditional
+        and counters.consecutive_unconditional < MAX_CONSECUTIVE_UNCONDITIONAL
+        and counters.restarts_used < r
+    ):
+        after = replace(
+            counters,
+            restarts_used=counters.restarts_used + 1,
+            consecutive_unconditional=counters.consecutive_unconditional + 1,
+        )
+        return Decision(True, level_for(failure_class), "unconditional restart", after)
+    if failure_class in c.RETRYABLE and counters.restarts_used < r:
+        after = replace(counters, restarts_used=counters.restarts_used + 1)
+        return Decision(True, level_for(failure_class), f"{failure_class} is retryable", after)
+    if failure_class in c.RETRYABLE or policy.unconditional:
+        return Decision(False, "", f"max restarts used up ({counters.restarts_used}/{r})", counters)
+    return Decision(False, "", f"{failure_class} is not retryable", counters)

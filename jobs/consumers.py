@@ -1,0 +1,115 @@
+"""Websockets of the job page. Authenticated, filtered like every page.
+
+Messages from the workers only say what changed; the consumer re-reads the
+database or the persisted log and sends HTML fragments that htmx's ws
+extension swaps in by id (hx-swap-oob).
+"""
+
+from __future__ import annotations
+
+from asgiref.sync import async_to_sync
+from channels.generic.websocket import WebsocketConsumer
+from django.template.loader import render_to_string
+
+from console import realtime
+
+from .access import visible_jobs
+from .models import TaskRun, TrainingJob
+from .runtime.logs import LogLine, read_lines
+from .views.detail import job_live_fragments
+
+LOG_TAIL_LINES = 2000
+CLOSE_FORBIDDEN = 4403
+
+
+class _JobSocket(WebsocketConsumer):
+    groups: list[str] = []
+
+    def _job(self) -> TrainingJob | None:
+        job_id = self.scope["url_route"]["kwargs"]["job_id"]
+        return visible_jobs(self.scope["user"]).filter(id=job_id).first()
+
+    def _join(self, group: str) -> None:
+        self.group = group
+        async_to_sync(self.channel_layer.group_add)(group, self.channel_name)
+
+    def disconnect(self, code) -> None:
+        if getattr(self, "group", None):
+            async_to_sync(self.channel_layer.group_discard)(self.group, self.channel_name)
+
+
+class JobConsumer(_JobSocket):
+    """Phase, counters, attempts and recovery rows of one job."""
+
+    def connect(self) -> None:
+        job = self._job()
+        if job is None:
+            self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.job_id = job.id
+        self._join(realtime.job_group(job.id))
+        self.accept()
+        self.send_fragments()
+
+    def job_changed(self, event) -> None:
+        self.send_fragments()
+
+    def send_fragments(self) -> None:
+        job = TrainingJob.objects.filter(id=self.job_id).first()
+        if job is not None:
+            self.send(text_data=job_live_fragments(job))
+
+
+class LogConsumer(_JobSocket):
+    """The log of one instance across all attempts: the tail, then live lines.
+
+    Tracks the last line sent per task run, so a push that arrives twice is
+    dropped and a gap (a push the channel layer dropped) is filled from the
+    persisted file.
+    """
+
+    def connect(self) -> None:
+        job = self._job()
+        if job is None:
+            self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.job_id, self.index = job.id, self.scope["url_route"]["kwargs"]["index"]
+        self.sent: dict[int, int] = {}
+        # Join first, then read: anything pushed meanwhile is deduplicated.
+        self._join(realtime.log_group(job.id, self.index))
+        self.accept()
+        runs = list(
+            TaskRun.objects.filter(attempt__job=job, index=self.index).select_related("attempt").order_by("attempt__number")
+        )
+        remaining = LOG_TAIL_LINES
+        chunks: list[tuple[TaskRun, list[LogLine]]] = []
+        for run in reversed(runs):
+            lines = read_lines(run, after=max(0, run.log_lines - remaining)) if remaining > 0 else []
+            remaining -= len(lines)
+            self.sent[run.id] = run.log_lines
+            chunks.append((run, lines))
+        html = "".join(self._render(run, lines, separator=True) for run, lines in reversed(chunks))
+        self.send(text_data=f'<div id="log-lines" hx-swap-oob="innerHTML">{html}</div>')
+
+    def log_lines(self, event) -> None:
+        run_id, first = event["task_run"], event["first"]
+        separator = run_id not in self.sent
+        have = self.sent.get(run_id, 0)
+        run = None
+        if first > have + 1:
+            run = TaskRun.objects.select_related("attempt").get(id=run_id)
+            lines = read_lines(run, after=have)
+        else:
+            lines = [LogLine(first + i, ts, text) for i, (ts, text) in enumerate(event["lines"]) if first + i > have]
+        if not lines:
+            return
+        if separator and run is None:
+            run = TaskRun.objects.select_related("attempt").get(id=run_id)
+        self.sent[run_id] = lines[-1].number
+        html = self._render(run, lines, separator=separator)
+        self.send(text_data=f'<div id="log-lines" hx-swap-oob="beforeend">{html}</div>')
+
+    def _render(self, run: TaskRun | None, lines: list[LogLine], separator: bool) -> str:
+        return render_to_string(
+            "jobs/_log_lines.html", {"run": run, "lines": lines, "separator": separator and run is not None}
+        )

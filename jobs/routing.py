@@ -1,0 +1,8 @@
+from django.urls import path
+
+from . import consumers
+
+websocket_urlpatterns = [
+    path("ws/jobs/<uuid:job_id>/", consumers.JobConsumer.as_asgi()),
+    path("ws/jobs/<uuid:job_id>/logs/<int:index>/", consumers.LogConsumer.as_asgi()),
+]

@@ -1,0 +1,265 @@
+"""The persisted log of a task run, and the follower that fills it.
+
+Each task run (one instance of one attempt) has an append-only file of lines
+`<docker timestamp in ns> <text>`. The database row holds the acknowledged
+length (bytes, lines, last timestamp): a line is pushed to browsers only after
+it is in the file and acknowledged, and a follower that resumes after a crash
+truncates anything unacknowledged and asks Docker again from the last
+acknowledged timestamp, so no line is lost or doubled.
+"""
+
+from __future__ import annotations
+
+import calendar
+import fcntl
+import logging
+import os
+import queue
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime
+from datetime import timezone as dt_timezone
+from pathlib import Path
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from console import realtime
+from jobs.models import TaskRun
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_EVERY_S = 2.0
+MAX_BATCH_LINES = 2000
+PUSH_MAX_LINES = 500
+
+
+@dataclass(frozen=True)
+class LogLine:
+    number: int  # 1-based within the task run
+    ts_ns: int
+    text: str
+
+
+def log_path(task_run: TaskRun) -> Path:
+    return Path(settings.LOG_ROOT) / str(task_run.attempt.job_id) / f"attempt-{task_run.attempt.number}-worker-{task_run.index}.log"
+
+
+_ts_cache: dict[str, int] = {}
+
+
+def parse_docker_timestamp(ts: str) -> int:
+    """'2026-11-29T11:09:29.123456789Z' -> ns since the epoch (fraction may be trimmed)."""
+    seconds_part, _, fraction = ts.rstrip("Z").split("+")[0].partition(".")
+    base = _ts_cache.get(seconds_part)
+    if base is None:
+        base = calendar.timegm(time.strptime(seconds_part, "%Y-%m-%dT%H:%M:%S"))
+        if len(_ts_cache) > 4096:
+            _ts_cache.clear()
+        _ts_cache[seconds_part] = base
+    return base * 1_000_000_000 + int((fraction + "000000000")[:9])
+
+
+def docker_time(value: str | None):
+    """Docker's RFC 3339 time as an aware datetime; None for Docker's zero time."""
+    if not value or value.startswith("0001-"):
+        return None
+    ns = parse_docker_timestamp(value)
+    return datetime.fromtimestamp(ns / 1e9, tz=dt_timezone.utc)
+
+
+def split_frame(frame: bytes) -> tuple[int, str]:
+    text = frame.decode("utf-8", errors="replace").rstrip("\n")
+    ts, _, rest = text.partition(" ")
+    return parse_docker_timestamp(ts), rest
+
+
+def read_lines(task_run: TaskRun, after: int = 0, limit: int | None = None) -> list[LogLine]:
+    """Acknowledged lines numbered after `after` (at most `limit`)."""
+    path = log_path(task_run)
+    if task_run.log_bytes == 0 or not path.exists():
+        return []
+    with open(path, "rb") as f:
+        data = f.read(task_run.log_bytes)
+    out: list[LogLine] = []
+    for number, raw in enumerate(data.splitlines(), start=1):
+        if number <= after:
+            continue
+        ts, _, text = raw.decode("utf-8", errors="replace").partition(" ")
+        out.append(LogLine(number, int(ts), text))
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+def tail_lines(task_run: TaskRun, count: int) -> list[LogLine]:
+    return read_lines(task_run, after=max(0, task_run.log_lines - count))
+
+
+class _Reader(threading.Thread):
+    """Moves frames from Docker's log stream into a queue; None marks the end."""
+
+    def __init__(self, stream, out: queue.Queue):
+        super().__init__(daemon=True, name="log-reader")
+        self.stream, self.out = stream, out
+
+    def run(self) -> None:
+        try:
+            for frame in self.stream:
+                self.out.put(frame)
+        except Exception as exc:  # the host went away mid-stream
+            log.info("log stream ended with %r", exc)
+        finally:
+            self.out.put(None)
+
+
+class Follower:
+    """Follows one task run's container log until the stream ends.
+
+    Returns from run() when the stream ended (the container stopped, or the
+    host went away: the caller asks Docker which) or ownership was lost.
+    """
+
+    def __init__(self, task_run_id: int):
+        self.task_run_id = task_run_id
+        self.token = uuid.uuid4()
+        self.lost_ownership = False
+
+    # -- claiming -----------------------------------------------------------
+    def claim(self) -> TaskRun | None:
+        stale = timezone.now() - timezone.timedelta(seconds=settings.FOLLOWER_STALE_AFTER_S)
+        claimed = (
+            TaskRun.objects.filter(id=self.task_run_id, state=TaskRun.State.RUNNING)
+            .filter(Q(follower_heartbeat__isnull=True) | Q(follower_heartbeat__lt=stale))
+            .update(follower_token=self.token, follower_heartbeat=timezone.now())
+        )
+        if claimed != 1:
+            return None
+        return TaskRun.objects.select_related("attempt", "attempt__job", "host").get(id=self.task_run_id)
+
+    def release(self) -> None:
+        TaskRun.objects.filter(id=self.task_run_id, follower_token=self.token).update(
+            follower_token=None, follower_heartbeat=None
+        )
+
+    # -- following ----------------------------------------------------------
+    def follow(self, task_run: TaskRun, container) -> None:
+        path = log_path(task_run)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o640)
+        try:
+            try:
+                # Two live followers of one file would interleave; the lock
+                # dies with its process, so a crashed worker never blocks.
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.lost_ownership = True
+                return
+            os.ftruncate(fd, task_run.log_bytes)
+            os.lseek(fd, task_run.log_bytes, os.SEEK_SET)
+            self._pump(task_run, container, fd)
+        finally:
+            os.close(fd)
+
+    def _pump(self, task_run: TaskRun, container, fd: int) -> None:
+        state = {
+            "lines": task_run.log_lines,
+            "bytes": task_run.log_bytes,
+            "last_ts": task_run.log_last_ts_ns,
+            "last_ts_count": task_run.log_last_ts_count,
+        }
+        since = max(task_run.log_last_ts_ns / 1e9 - 0.001, 0.0) or None
+        kwargs = {"stream": True, "follow": True, "timestamps": True}
+        if since:
+            kwargs["since"] = since
+        stream = container.logs(**kwargs)
+        frames: queue.Queue = queue.Queue()
+        _Reader(stream, frames).start()
+        # Lines older than the resume point arrive again when resuming: skip
+        # those up to and including what was acknowledged.
+        skip_equal = state["last_ts_count"]
+        last_beat = time.monotonic()
+        ended = False
+        try:
+            while not ended:
+                batch: list[bytes] = []
+                try:
+                    first = frames.get(timeout=HEARTBEAT_EVERY_S)
+                except queue.Empty:
+                    first = b""
+                if first is None:
+                    ended = True
+                elif first:
+                    batch.append(first)
+                    while len(batch) < MAX_BATCH_LINES:
+                        try:
+                            frame = frames.get_nowait()
+                        except queue.Empty:
+                            break
+                        if frame is None:
+                            ended = True
+                            break
+                        batch.append(frame)
+                new_lines: list[LogLine] = []
+                chunks: list[bytes] = []
+                for frame in batch:
+                    ts_ns, text = split_frame(frame)
+                    if ts_ns < state["last_ts"]:
+                        continue
+                    if ts_ns == state["last_ts"]:
+                        if skip_equal > 0:
+                            skip_equal -= 1
+                            continue
+                        state["last_ts_count"] += 1
+                    else:
+                        state["last_ts"], state["last_ts_count"] = ts_ns, 1
+                        skip_equal = 0
+                    state["lines"] += 1
+                    chunks.append(f"{ts_ns} {text}\n".encode())
+                    new_lines.append(LogLine(state["lines"], ts_ns, text))
+                now = time.monotonic()
+                if not new_lines and now - last_beat < HEARTBEAT_EVERY_S:
+                    continue
+                if chunks:
+                    data = b"".join(chunks)
+                    os.write(fd, data)
+                    state["bytes"] += len(data)
+                acknowledged = TaskRun.objects.filter(id=self.task_run_id, follower_token=self.token).update(
+                    log_lines=state["lines"],
+                    log_bytes=state["bytes"],
+                    log_last_ts_ns=state["last_ts"],
+                    log_last_ts_count=state["last_ts_count"],
+                    follower_heartbeat=timezone.now(),
+                )
+                last_beat = now
+                if acknowledged != 1:
+                    self.lost_ownership = True
+                    return
+                if new_lines:
+                    push_lines(task_run, new_lines)
+        finally:
+            stream.close()
+
+
+def push_lines(task_run: TaskRun, lines: list[LogLine]) -> None:
+    group = realtime.log_group(task_run.attempt.job_id, task_run.index)
+    for start in range(0, len(lines), PUSH_MAX_LINES):
+        part = lines[start : start + PUSH_MAX_LINES]
+        realtime.publish(
+            group,
+            {
+                "type": "log.lines",
+                "task_run": task_run.id,
+                "attempt": task_run.attempt.number,
+                "first": part[0].number,
+                "lines": [[line.ts_ns, line.text] for line in part],
+            },
+        )
+
+
+def recent_text(task_run: TaskRun, count: int = 50) -> tuple[str, ...]:
+    return tuple(deque((line.text for line in tail_lines(task_run, count)), maxlen=count))

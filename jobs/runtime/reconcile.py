@@ -1,0 +1,92 @@
+"""Periodic steps that make the supervisor crash-safe.
+
+Each step looks for work a dead or slow worker left behind, hands it to the
+idempotent task that does it, and returns whether it found any (tested one by
+one, like healthchecks' sendalerts loop).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from jobs.models import Attempt, Phase, TaskRun, TrainingJob
+
+STARTING_GRACE_S = 15
+TERMINATING_GRACE_S = 20
+
+
+def _tasks():
+    from jobs import tasks
+
+    return tasks
+
+
+def schedule_pending_jobs() -> bool:
+    """Jobs waiting for hosts (or whose schedule message was lost)."""
+    ids = list(TrainingJob.objects.filter(phase=Phase.PENDING).values_list("id", flat=True)[:100])
+    for job_id in ids:
+        _tasks().schedule_job.delay(str(job_id))
+    return bool(ids)
+
+
+def restart_stuck_starts() -> bool:
+    """Attempts whose start task died half-way (start_attempt is idempotent)."""
+    cutoff = timezone.now() - timezone.timedelta(seconds=STARTING_GRACE_S)
+    ids = list(Attempt.objects.filter(state=Attempt.State.STARTING, created_at__lt=cutoff).values_list("id", flat=True))
+    for attempt_id in ids:
+        _tasks().start_attempt.delay(attempt_id)
+    return bool(ids)
+
+
+def adopt_unfollowed_task_runs() -> bool:
+    """Running containers nobody follows: their worker died; follow on from the last line."""
+    stale = timezone.now() - timezone.timedelta(seconds=settings.FOLLOWER_STALE_AFTER_S)
+    ids = list(
+        TaskRun.objects.filter(state=TaskRun.State.RUNNING, attempt__state=Attempt.State.RUNNING)
+        .filter(Q(follower_heartbeat__isnull=True) | Q(follower_heartbeat__lt=stale))
+        .exclude(started_at__gt=timezone.now() - timezone.timedelta(seconds=2))
+        .values_list("id", flat=True)
+    )
+    for task_run_id in ids:
+        _tasks().follow_task_run.delay(task_run_id)
+    return bool(ids)
+
+
+def end_decided_attempts() -> bool:
+    """Attempts whose instances all ended but whose end was never evaluated."""
+    ids = list(
+        Attempt.objects.filter(state=Attempt.State.RUNNING)
+        .exclude(task_runs__state__in=[TaskRun.State.CREATED, TaskRun.State.RUNNING])
+        .values_list("id", flat=True)
+    )
+    for attempt_id in ids:
+        _tasks().end_attempt.delay(attempt_id)
+    return bool(ids)
+
+
+def finish_terminations() -> bool:
+    """Stops that did not complete (the stop task's worker died)."""
+    cutoff = timezone.now() - timezone.timedelta(seconds=TERMINATING_GRACE_S)
+    ids = list(
+        TrainingJob.objects.filter(phase=Phase.TERMINATING, terminate_requested_at__lt=cutoff).values_list(
+            "id", flat=True
+        )
+    )
+    for job_id in ids:
+        _tasks().stop_job.delay(str(job_id))
+    return bool(ids)
+
+
+STEPS = (
+    schedule_pending_jobs,
+    restart_stuck_starts,
+    adopt_unfollowed_task_runs,
+    end_decided_attempts,
+    finish_terminations,
+)
+
+
+def reconcile() -> list[str]:
+    return [step.__name__ for step in STEPS if step()]

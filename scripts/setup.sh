@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Prepare this machine for the console: venv, Docker engine, local job images.
+#   scripts/setup.sh          what `runserver` needs
+#   scripts/setup.sh --test   plus PostgreSQL, Redis and Chromium for the test suite
+# Idempotent and quick (a few seconds) when everything is already in place.
+# stdout stays empty; progress lines go to stderr.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+
+test_deps=""
+case "${1:-}" in
+  "") ;;
+  --test) test_deps=1 ;;
+  *) echo "usage: $0 [--test]" >&2; exit 2 ;;
+esac
+
+ensure_venv
+ensure_dockerd
+ensure_images
+if [[ -n $test_deps ]]; then
+  ensure_postgres
+  ensure_redis
+  ensure_apt chromium  # Playwright drives Debian's Chromium; `playwright install` cannot download here
+fi
+log "ok"
