@@ -100,7 +100,9 @@ RULES: tuple[Rule, ...] = (
         "The process was killed by a signal (SIGKILL/SIGTERM/SIGHUP) it did not send itself.",
         exit_codes=frozenset({137, 143, 129}),
     ),
-    Rule("nonzero-exit", USER_ERROR, "The process exited with a non-zero status and no known signature.", state="nonzero"),
+    Rule(
+        "nonzero-exit", USER_ERROR, "The process exited with a non-zero status and no known signature.", state="nonzero"
+    ),
 )
 
 

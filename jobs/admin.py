@@ -37,7 +37,18 @@ class TaskRunInline(admin.TabularInline):
     model = TaskRun
     extra = 0
     can_delete = False
-    fields = ["index", "host", "container_name", "container_id", "state", "started_at", "ended_at", "exit_code", "oom_killed", "log_lines"]
+    fields = [
+        "index",
+        "host",
+        "container_name",
+        "container_id",
+        "state",
+        "started_at",
+        "ended_at",
+        "exit_code",
+        "oom_killed",
+        "log_lines",
+    ]
     readonly_fields = fields
 
 
@@ -70,7 +81,16 @@ class RecoveryInline(admin.TabularInline):
 
 @admin.register(TrainingJob)
 class TrainingJobAdmin(admin.ModelAdmin):
-    list_display = ["name", "workspace", "created_by", "phase", "restarts_used", "max_restarts", "node_count", "created_at"]
+    list_display = [
+        "name",
+        "workspace",
+        "created_by",
+        "phase",
+        "restarts_used",
+        "max_restarts",
+        "node_count",
+        "created_at",
+    ]
     list_filter = ["phase", "fault_tolerance", "workspace"]
     search_fields = ["name", "id", "created_by__username"]
     date_hierarchy = "created_at"

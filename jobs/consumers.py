@@ -79,7 +79,9 @@ class LogConsumer(_JobSocket):
         self._join(realtime.log_group(job.id, self.index))
         self.accept()
         runs = list(
-            TaskRun.objects.filter(attempt__job=job, index=self.index).select_related("attempt").order_by("attempt__number")
+            TaskRun.objects.filter(attempt__job=job, index=self.index)
+            .select_related("attempt")
+            .order_by("attempt__number")
         )
         remaining = LOG_TAIL_LINES
         chunks: list[tuple[TaskRun, list[LogLine]]] = []

@@ -1,6 +1,7 @@
 from django.urls import path
 
-from .views import create, detail, list as list_views
+from .views import create, detail
+from .views import list as list_views
 
 urlpatterns = [
     path("", list_views.job_list, name="job-list"),

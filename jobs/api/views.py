@@ -22,7 +22,9 @@ def _workspace(request, project_id: str) -> Workspace:
 
 def _job(request, project_id: str, job_id) -> TrainingJob:
     workspace = _workspace(request, project_id)
-    return get_object_or_404(visible_jobs(request.user).select_related("workspace", "created_by"), workspace=workspace, id=job_id)
+    return get_object_or_404(
+        visible_jobs(request.user).select_related("workspace", "created_by"), workspace=workspace, id=job_id
+    )
 
 
 class TrainingJobList(APIView):
@@ -39,7 +41,9 @@ class TrainingJobList(APIView):
 
     def post(self, request, project_id: str):
         workspace = _workspace(request, project_id)
-        serializer = TrainingJobCreateSerializer(data=request.data, context={"workspace": workspace, "user": request.user})
+        serializer = TrainingJobCreateSerializer(
+            data=request.data, context={"workspace": workspace, "user": request.user}
+        )
         serializer.is_valid(raise_exception=True)
         with transaction.atomic():
             job = serializer.save()
@@ -69,8 +73,11 @@ class TrainingJobActions(APIView):
         action = request.data.get("action_type") if isinstance(request.data, dict) else None
         if action != "terminate":
             return Response(
-                {"error_code": "Console.400", "error_msg": 'action_type: only "terminate" is supported.',
-                 "errors": {"action_type": ['Only "terminate" is supported.']}},
+                {
+                    "error_code": "Console.400",
+                    "error_msg": 'action_type: only "terminate" is supported.',
+                    "errors": {"action_type": ['Only "terminate" is supported.']},
+                },
                 status=status.HTTP_400_BAD_REQUEST,
             )
         lifecycle.request_terminate(job.id)
@@ -92,7 +99,9 @@ class TrainingJobTaskLogs(APIView):
             index = int(task.removeprefix("worker-"))
         except ValueError:
             raise Http404("No such task") from None
-        runs = TaskRun.objects.filter(attempt__job=job, index=index).select_related("attempt").order_by("attempt__number")
+        runs = (
+            TaskRun.objects.filter(attempt__job=job, index=index).select_related("attempt").order_by("attempt__number")
+        )
         if not runs.exists():
             raise Http404("No such task")
 

@@ -302,9 +302,7 @@ def _decide_after_failure(job: TrainingJob, attempt: Attempt, failed_run: TaskRu
     )
     verdict = c.classify(facts) or c.Classification(c.USER_ERROR, "unknown", "The instance failed.")
     policy = Policy(job.max_restarts_effective, job.unconditional_restart, job.hang_restart)
-    counters = Counters(
-        job.restarts_used, job.hang_restarts_used, job.consecutive_unconditional, job.consecutive_hang
-    )
+    counters = Counters(job.restarts_used, job.hang_restarts_used, job.consecutive_unconditional, job.consecutive_hang)
     ran_for = (attempt.ended_at or timezone.now()) - (attempt.started_at or attempt.created_at)
     decision = decide(policy, counters, verdict.failure_class, stable=ran_for.total_seconds() >= STABLE_WINDOW_S)
     after = decision.counters
@@ -371,9 +369,7 @@ def stop_attempt_containers(attempt_id: int) -> None:
         if task_run.state not in (TaskRun.State.CREATED, TaskRun.State.RUNNING):
             continue
         try:
-            docker_hosts.client_for(task_run.host).containers.get(task_run.container_name).stop(
-                timeout=STOP_TIMEOUT_S
-            )
+            docker_hosts.client_for(task_run.host).containers.get(task_run.container_name).stop(timeout=STOP_TIMEOUT_S)
         except docker.errors.NotFound:
             pass
         except HOST_ERRORS as exc:

@@ -20,8 +20,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from datetime import datetime
-from datetime import timezone as dt_timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from django.conf import settings
@@ -46,7 +45,11 @@ class LogLine:
 
 
 def log_path(task_run: TaskRun) -> Path:
-    return Path(settings.LOG_ROOT) / str(task_run.attempt.job_id) / f"attempt-{task_run.attempt.number}-worker-{task_run.index}.log"
+    return (
+        Path(settings.LOG_ROOT)
+        / str(task_run.attempt.job_id)
+        / f"attempt-{task_run.attempt.number}-worker-{task_run.index}.log"
+    )
 
 
 _ts_cache: dict[str, int] = {}
@@ -69,7 +72,7 @@ def docker_time(value: str | None):
     if not value or value.startswith("0001-"):
         return None
     ns = parse_docker_timestamp(value)
-    return datetime.fromtimestamp(ns / 1e9, tz=dt_timezone.utc)
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC)
 
 
 def split_frame(frame: bytes) -> tuple[int, str]:

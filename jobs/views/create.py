@@ -1,9 +1,9 @@
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
+from django.http import HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django_htmx.http import HttpResponseClientRedirect
-from django.http import HttpResponseRedirect
 
 from jobs.forms import JobCreateForm
 from jobs.runtime import lifecycle

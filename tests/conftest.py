@@ -1,0 +1,195 @@
+"""Real parts for every test: PostgreSQL (pytest-django's test database), Redis,
+a Celery worker process, a daphne process, and Docker. Containers made by this
+session carry the label console.test=<session> and are removed by label."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import docker
+import pytest
+from django.conf import settings
+
+from tests.pytest_env import TEST_LABEL, TMP
+
+ROOT = Path(__file__).resolve().parent.parent
+BUSYBOX = "console/busybox:latest"
+PYTHON_IMAGE = "console/python:3.11"
+
+
+def _test_db_env() -> dict[str, str]:
+    env = dict(os.environ)
+    db = settings.DATABASES["default"]
+    env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    return env
+
+
+class ManagedProcess:
+    """A child process the tests start, kill (SIGKILL, a real fault) and restart."""
+
+    def __init__(self, name: str, argv: list[str], ready=None):
+        self.name, self.argv, self.ready = name, argv, ready
+        self.proc: subprocess.Popen | None = None
+        self.log_path = Path(TMP) / f"{name}.log"
+
+    def start(self) -> None:
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            self.argv, cwd=ROOT, env=_test_db_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        if self.ready:
+            deadline = time.monotonic() + 30
+            while not self.ready():
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{self.name} did not start:\n{self.log_path.read_text()[-3000:]}")
+                time.sleep(0.1)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: the worker dies mid-task."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def ensure_running(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _answers(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    client = docker.from_env()
+    client.ping()
+    yield client
+    _remove_test_containers(client)
+
+
+def _remove_test_containers(client) -> None:
+    for container in client.containers.list(all=True, filters={"label": f"{TEST_LABEL[0]}={TEST_LABEL[1]}"}):
+        try:
+            container.remove(force=True)
+        except docker.errors.APIError:
+            pass
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(django_db_setup, django_db_blocker):
+    celery = str(Path(sys.executable).with_name("celery"))
+    worker = ManagedProcess(
+        "celery-worker",
+        [
+            celery,
+            "-A",
+            "console",
+            "worker",
+            "--pool",
+            "threads",
+            "--concurrency",
+            "32",
+            "-Q",
+            settings.CELERY_TASK_DEFAULT_QUEUE,
+            "-B",
+            "--schedule",
+            os.path.join(TMP, "beat-schedule"),
+            "--without-heartbeat",
+            "--without-mingle",
+            "--without-gossip",
+            "-l",
+            "INFO",
+        ],
+    )
+    worker.start()
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+def worker(celery_worker_process, docker_client):
+    """The running Celery worker (restarted if a previous test killed it)."""
+    celery_worker_process.ensure_running()
+    yield celery_worker_process
+    _remove_test_containers(docker_client)
+
+
+@pytest.fixture(scope="session")
+def daphne_server(django_db_setup):
+    port = _free_port()
+    daphne = str(Path(sys.executable).with_name("daphne"))
+    server = ManagedProcess(
+        "daphne", [daphne, "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"], ready=lambda: _answers(port)
+    )
+    server.url = f"http://127.0.0.1:{port}"
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def live_url(daphne_server, worker) -> str:
+    daphne_server.ensure_running()
+    return daphne_server.url
+
+
+@pytest.fixture
+def demo(transactional_db, docker_client):
+    """A workspace with an owner, a member and an outsider, the local Docker host and presets."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    from jobs.models import DockerHost, PresetImage, Workspace
+
+    User = get_user_model()
+    owner = User.objects.create_user("owner", password="owner-password")
+    member = User.objects.create_user("member", password="member-password")
+    outsider = User.objects.create_user("outsider", password="outsider-password")
+    workspace = Workspace.objects.create(name="team")
+    workspace.members.add(owner, member)
+    Workspace.objects.create(name="elsewhere").members.add(outsider)
+    host = DockerHost.objects.create(name="local", base_url=settings.DEFAULT_DOCKER_URL)
+    PresetImage.objects.create(name="busybox", image_ref=BUSYBOX)
+    PresetImage.objects.create(name="python-3.11-numpy", image_ref=PYTHON_IMAGE)
+
+    class Demo:
+        pass
+
+    d = Demo()
+    d.owner, d.member, d.outsider, d.workspace, d.host = owner, member, outsider, workspace, host
+    d.token = Token.objects.create(user=owner).key
+    d.outsider_token = Token.objects.create(user=outsider).key
+    return d
+
+
+def wait_for(predicate, timeout: float = 30, interval: float = 0.1, message: str = "condition"):
+    """Poll the real system until predicate() is truthy (no sleeps in tests)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)

@@ -1,0 +1,24 @@
+"""Loaded with -p before pytest-django reads the settings: the test run's
+environment. Everything is per test session (pid), so a second session on the
+same machine shares nothing with this one but the servers."""
+
+import os
+import tempfile
+
+_session = f"t{os.getpid()}"
+TMP = tempfile.mkdtemp(prefix=f"console-{_session}-")
+
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/console")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/9")
+os.environ["CHANNELS_PREFIX"] = f"console-{_session}"
+os.environ["CELERY_QUEUE"] = f"console-{_session}"
+os.environ["CONSOLE_VAR_DIR"] = TMP
+os.environ["CONSOLE_LOG_ROOT"] = os.path.join(TMP, "logs")
+os.environ["CONSOLE_CONTAINER_LABELS"] = f"console.test={_session}"
+os.environ.setdefault("CONSOLE_RECONCILE_INTERVAL_S", "1")
+os.environ.setdefault("CONSOLE_FOLLOWER_STALE_AFTER_S", "4")
+os.environ.setdefault("CONSOLE_LOG_LEVEL", "WARNING")
+os.environ["DJANGO_SETTINGS_MODULE"] = "console.settings"
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API beside the ORM
+
+TEST_LABEL = ("console.test", _session)
