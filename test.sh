@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The test command: installs and starts what the suite needs (Docker, images,
+# PostgreSQL, Redis, Chromium, Python packages), then runs ruff and the suite.
+# Extra arguments go to pytest (e.g. ./test.sh tests/test_api.py -x).
+set -euo pipefail
+cd "$(dirname "$0")"
+scripts/setup.sh --test
+export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/console}"
+export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/9}"
+.venv/bin/ruff check .
+.venv/bin/pytest "$@"
