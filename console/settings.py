@@ -124,6 +124,9 @@ CELERY_BEAT_SCHEDULE = {
 # A follower that has not renewed its heartbeat for this long is presumed dead
 # and its task run is adopted by another worker.
 FOLLOWER_STALE_AFTER_S = float(os.environ.get("CONSOLE_FOLLOWER_STALE_AFTER_S", "10"))
+# Job-scoped persistent directories (checkpoints), bind-mounted into every
+# attempt's containers: on several hosts, a path they all share (NFS).
+JOB_DATA_ROOT = Path(os.environ.get("CONSOLE_JOB_DATA_ROOT", VAR_DIR / "job-data"))
 LOG_ROOT = Path(os.environ.get("CONSOLE_LOG_ROOT", VAR_DIR / "logs"))
 # Labels every container this console creates; tests add their own run label.
 CONTAINER_LABEL = "console.managed"
@@ -169,3 +172,13 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("CONSOLE_LOG_LEVEL", "INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
 }
+
+# Notifications by e-mail go through Django's mail backend (SMTP in production).
+EMAIL_BACKEND = os.environ.get("CONSOLE_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = os.environ.get("CONSOLE_EMAIL_HOST", "127.0.0.1")
+EMAIL_PORT = int(os.environ.get("CONSOLE_EMAIL_PORT", "25"))
+DEFAULT_FROM_EMAIL = os.environ.get("CONSOLE_FROM_EMAIL", "training-console@localhost")
+# Platform default for the hang-detection window (SPEC §6), and the stable
+# window after which "consecutive" restart counters reset (SPEC §4).
+HANG_WINDOW_S = int(os.environ.get("CONSOLE_HANG_WINDOW_S", "1800"))
+STABLE_WINDOW_S = int(os.environ.get("CONSOLE_STABLE_WINDOW_S", "600"))

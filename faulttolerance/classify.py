@@ -30,6 +30,7 @@ class EndFacts:
     exit_code: int | None = None
     oom_killed: bool = False
     lost: bool = False  # host unreachable or container vanished
+    hung: bool = False  # ended by hang detection
     start_error: str = ""  # the container could not be created or started
     log_tail: tuple[str, ...] = ()
 
@@ -46,6 +47,8 @@ class Rule:
     def matches(self, facts: EndFacts) -> tuple[bool, list[str]]:
         if self.state == "lost":
             return facts.lost, []
+        if self.state == "hung":
+            return facts.hung, []
         if self.state == "start_failed":
             return bool(facts.start_error), [facts.start_error] if facts.start_error else []
         if self.state == "oom":
@@ -61,6 +64,12 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
+    Rule(
+        "hang-detected",
+        HANG,
+        "No CPU use, no log output (and no GPU use, where there are GPUs) for the whole hang window.",
+        state="hung",
+    ),
     Rule("host-lost", NODE_FAILURE, "The Docker host became unreachable or the container vanished.", state="lost"),
     Rule("start-failed", USER_ERROR, "The container could not be started.", state="start_failed"),
     Rule("oom", RESOURCE_ERROR, "The container was killed for using more memory than its limit (OOM).", state="oom"),
@@ -120,6 +129,8 @@ class Classification:
 
 def classify(facts: EndFacts) -> Classification | None:
     """Return the class of a failed end, or None when the instance succeeded."""
+    if facts.exit_code == 0 and not (facts.lost or facts.start_error or facts.hung):
+        return None  # logged errors the job survived are not a failure
     for rule in RULES:
         matched, lines = rule.matches(facts)
         if matched:

@@ -17,6 +17,7 @@ class RecoveryRecord(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     oom_killed = models.BooleanField(default=False)
     matched_lines = models.JSONField(default=list, blank=True)
+    evidence = models.JSONField(default=dict, blank=True, help_text="Hang metrics, captured stacks, work lost.")
     restart = models.BooleanField()
     level = models.CharField(max_length=16, blank=True)
     decision = models.CharField(max_length=200)

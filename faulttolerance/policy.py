@@ -82,6 +82,15 @@ def decide(policy: Policy, counters: Counters, failure_class: str, *, stable: bo
     if failure_class in c.RETRYABLE and counters.restarts_used < r:
         after = replace(counters, restarts_used=counters.restarts_used + 1)
         return Decision(True, level_for(failure_class), f"{failure_class} is retryable", after)
-    if failure_class in c.RETRYABLE or policy.unconditional:
+    if counters.restarts_used >= r and (failure_class in c.RETRYABLE or policy.unconditional):
         return Decision(False, "", f"max restarts used up ({counters.restarts_used}/{r})", counters)
+    if policy.unconditional:
+        # Restarts are left, but unconditional restart gave up after too many in a row.
+        return Decision(
+            False,
+            "",
+            f"{failure_class} is not retryable and {MAX_CONSECUTIVE_UNCONDITIONAL} unconditional restarts in a row "
+            f"did not help ({counters.restarts_used}/{r} used)",
+            counters,
+        )
     return Decision(False, "", f"{failure_class} is not retryable", counters)

@@ -29,6 +29,12 @@ class _JobSocket(WebsocketConsumer):
         job_id = self.scope["url_route"]["kwargs"]["job_id"]
         return visible_jobs(self.scope["user"]).filter(id=job_id).first()
 
+    def _refuse(self) -> None:
+        # Accept first: a close before accept is a failed handshake (1006 in the
+        # browser), which htmx's ws extension retries forever; 4403 it does not.
+        self.accept()
+        self.close(code=CLOSE_FORBIDDEN)
+
     def _join(self, group: str) -> None:
         self.group = group
         async_to_sync(self.channel_layer.group_add)(group, self.channel_name)
@@ -44,7 +50,7 @@ class JobConsumer(_JobSocket):
     def connect(self) -> None:
         job = self._job()
         if job is None:
-            self.close(code=CLOSE_FORBIDDEN)
+            self._refuse()
             return
         self.job_id = job.id
         self._join(realtime.job_group(job.id))
@@ -71,7 +77,7 @@ class LogConsumer(_JobSocket):
     def connect(self) -> None:
         job = self._job()
         if job is None:
-            self.close(code=CLOSE_FORBIDDEN)
+            self._refuse()
             return
         self.job_id, self.index = job.id, self.scope["url_route"]["kwargs"]["index"]
         self.sent: dict[int, int] = {}

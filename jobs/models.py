@@ -32,14 +32,42 @@ class Workspace(models.Model):
         return self.name
 
 
+class ResourcePool(models.Model):
+    """A set of Docker hosts and the environment-check thresholds that apply on it (SPEC §5)."""
+
+    class Kind(models.TextChoices):
+        PUBLIC = "public"
+        DEDICATED = "dedicated"
+
+    name = models.CharField(max_length=64, unique=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.PUBLIC)
+    check_root_gb = models.FloatField(default=32, help_text="disk-size root: free space of / must exceed this.")
+    check_shm_gb = models.FloatField(default=1, help_text="disk-size shm: /dev/shm must exceed this.")
+    check_cache_gb = models.FloatField(default=32, help_text="disk-size cache: free space of /cache must exceed this.")
+    check_ulimit_memlock = models.PositiveBigIntegerField(default=16000)
+    check_ulimit_nofile = models.PositiveBigIntegerField(default=1000000)
+    check_ulimit_stack = models.PositiveBigIntegerField(default=8000)
+    check_ulimit_nproc = models.PositiveBigIntegerField(default=1000000)
+    shm_size_gb = models.FloatField(default=2, help_text="/dev/shm of each container (Docker's default is 64 MB).")
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class DockerHost(models.Model):
     """A Docker Engine that runs job containers, registered by an operator."""
 
     name = models.CharField(max_length=64, unique=True)
     base_url = models.CharField(max_length=255, help_text="e.g. unix:///var/run/docker.sock")
+    pool = models.ForeignKey(ResourcePool, null=True, blank=True, on_delete=models.SET_NULL, related_name="hosts")
+    address = models.CharField(
+        max_length=64, default="127.0.0.1", help_text="Where instances on other hosts reach this host."
+    )
     enabled = models.BooleanField(default=True)
+    hot_standby = models.BooleanField(default=False, help_text="Used only to recover jobs, never for new ones.")
     isolated = models.BooleanField(default=False, help_text="Gets no new instances until an operator clears it.")
     isolation_reason = models.TextField(blank=True)
+    isolated_at = models.DateTimeField(null=True, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
@@ -88,6 +116,14 @@ class TrainingJob(models.Model):
     unconditional_restart = models.BooleanField(default=False)
     hang_restart = models.BooleanField(default=False)
     pod_retry_num = models.PositiveIntegerField(default=0, help_text="Instance rescheduling count P (0-128).")
+
+    # Hang detection window (SPEC §6); 0 uses the platform default.
+    hang_window_s = models.PositiveIntegerField(default=0)
+
+    # Notifications (SPEC §3 "more settings"): a topic and the events sent to it.
+    notify_webhook_url = models.URLField(blank=True, max_length=500)
+    notify_emails = models.CharField(blank=True, max_length=500, help_text="Comma-separated e-mail addresses.")
+    notify_events = models.JSONField(default=list, blank=True)
 
     # Desired state, written by users; the supervisor converges to it.
     terminate_requested = models.BooleanField(default=False)
@@ -142,8 +178,21 @@ class TrainingJob(models.Model):
             errors["fault_tolerance"] = (
                 "Unconditional restart, hang restart and instance rescheduling need fault tolerance on."
             )
+        unknown = set(self.notify_events or []) - {str(kind) for kind in NOTIFIABLE_EVENTS}
+        if unknown:
+            errors["notify_events"] = f"Unknown notification events: {', '.join(sorted(unknown))}."
+        emails = [e.strip() for e in (self.notify_emails or "").split(",") if e.strip()]
+        bad = [e for e in emails if not v.EMAIL_RE.match(e)]
+        if bad:
+            errors["notify_emails"] = f"Not an e-mail address: {', '.join(bad)}."
+        if self.notify_events and not (self.notify_webhook_url or emails):
+            errors["notify_events"] = "Choose a topic (webhook URL or e-mail addresses) for the notifications."
         if errors:
             raise ValidationError(errors)
+
+    @property
+    def notify_email_list(self) -> list[str]:
+        return [e.strip() for e in (self.notify_emails or "").split(",") if e.strip()]
 
     def duration(self):
         if not self.started_at:
@@ -194,7 +243,10 @@ class TaskRun(models.Model):
     attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="task_runs")
     index = models.PositiveIntegerField()
     host = models.ForeignKey(DockerHost, on_delete=models.PROTECT, related_name="task_runs")
-    container_name = models.CharField(max_length=128, unique=True)
+    container_name = models.CharField(max_length=128)
+    reuses_container = models.BooleanField(
+        default=False, help_text="A process-level restart inside the previous attempt's container."
+    )
     container_id = models.CharField(max_length=64, blank=True)
     state = models.CharField(max_length=16, choices=State.choices, default=State.CREATED)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -202,6 +254,12 @@ class TaskRun(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     oom_killed = models.BooleanField(default=False)
     error = models.TextField(blank=True, help_text="Why it could not start or was lost.")
+    hang_suspected_at = models.DateTimeField(null=True, blank=True)
+    hung = models.BooleanField(default=False, help_text="Ended by hang detection.")
+    ended_in_place = models.BooleanField(
+        default=False, help_text="The user's process ended; its container was still alive."
+    )
+    evidence = models.JSONField(default=dict, blank=True, help_text="Hang metrics, captured stacks.")
 
     # Log index: the file holds exactly log_bytes bytes / log_lines lines that
     # are acknowledged; anything past log_bytes is discarded on resume.
@@ -224,3 +282,67 @@ class TaskRun(models.Model):
     @property
     def task_name(self) -> str:
         return f"worker-{self.index}"
+
+
+class EventKind(models.TextChoices):
+    STARTED = "started"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TERMINATED = "terminated"
+    SUSPECTED_HANG = "suspected_hang", "suspected hang"
+    RESTARTED = "restarted"
+    PREEMPTED = "preempted"
+    RESCHEDULED = "rescheduled"
+    HOST_ISOLATED = "host_isolated", "host isolated"
+    ENV_CHECK_FAILED = "env_check_failed", "environment check failed"
+
+
+# Events a user may subscribe a notification topic to (SPEC §3 "notifications").
+NOTIFIABLE_EVENTS = [
+    EventKind.STARTED,
+    EventKind.COMPLETED,
+    EventKind.FAILED,
+    EventKind.TERMINATED,
+    EventKind.SUSPECTED_HANG,
+    EventKind.RESTARTED,
+    EventKind.PREEMPTED,
+]
+
+
+class JobEvent(models.Model):
+    """Something that happened to a job: the Events tab, and what notifications carry."""
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=32, choices=EventKind.choices)
+    at = models.DateTimeField(default=timezone.now)
+    message = models.TextField()
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["job", "-at"])]
+
+    def __str__(self) -> str:
+        return f"{self.job} {self.kind}"
+
+
+class Notification(models.Model):
+    """One delivery of one event to one target; retried until sent or given up."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SENT = "sent"
+        FAILED = "failed"
+
+    event = models.ForeignKey(JobEvent, on_delete=models.CASCADE, related_name="notifications")
+    transport = models.CharField(max_length=16)  # a key of jobs.notify.TRANSPORTS
+    target = models.CharField(max_length=500)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    tries = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["event", "transport", "target"], name="unique_notification_target")
+        ]

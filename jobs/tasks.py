@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from jobs.runtime import lifecycle
+from jobs.runtime import lifecycle, supervise
 from jobs.runtime import reconcile as reconcile_steps
 
 
@@ -18,12 +18,12 @@ def start_attempt(attempt_id: int) -> bool:
 
 @shared_task
 def follow_task_run(task_run_id: int) -> bool:
-    return lifecycle.follow_task_run(task_run_id)
+    return supervise.follow_task_run(task_run_id)
 
 
 @shared_task
 def end_attempt(attempt_id: int) -> bool:
-    return lifecycle.attempt_may_have_ended(attempt_id)
+    return supervise.attempt_may_have_ended(attempt_id)
 
 
 @shared_task
@@ -34,3 +34,34 @@ def stop_job(job_id: str) -> bool:
 @shared_task
 def reconcile() -> list[str]:
     return reconcile_steps.reconcile()
+
+
+@shared_task(bind=True, max_retries=5)
+def deliver_notification(self, notification_id: int) -> bool:
+    """Send one notification; retried with backoff (2, 4, 8, 16, 32 s)."""
+    from django.utils import timezone
+
+    from jobs.models import Notification
+    from jobs.notify import TRANSPORTS, TransportError
+
+    notification = Notification.objects.select_related("event__job__workspace").filter(id=notification_id).first()
+    if notification is None or notification.status != Notification.Status.PENDING:
+        return False
+    transport = TRANSPORTS[notification.transport]()
+    try:
+        transport.send(notification.target, notification.event)
+    except TransportError as exc:
+        tries = notification.tries + 1
+        give_up = self.request.retries >= self.max_retries
+        Notification.objects.filter(id=notification.id).update(
+            tries=tries,
+            last_error=str(exc),
+            status=Notification.Status.FAILED if give_up else Notification.Status.PENDING,
+        )
+        if give_up:
+            return False
+        raise self.retry(countdown=2 ** (self.request.retries + 1)) from exc
+    Notification.objects.filter(id=notification.id, status=Notification.Status.PENDING).update(
+        status=Notification.Status.SENT, tries=notification.tries + 1, sent_at=timezone.now(), last_error=""
+    )
+    return True

@@ -20,3 +20,4 @@ image_reference_validator = RegexValidator(IMAGE_REFERENCE_RE, f"Image must be {
 MAX_RESTARTS_MIN, MAX_RESTARTS_MAX = 1, 128
 NODE_COUNT_MIN, NODE_COUNT_MAX = 1, 64
 POD_RETRY_MAX = 128
+EMAIL_RE = re.compile(r"^[^@\s,]+@[^@\s,]+\.[^@\s,]+$")

@@ -160,7 +160,7 @@ def demo(transactional_db, docker_client):
     from django.contrib.auth import get_user_model
     from rest_framework.authtoken.models import Token
 
-    from jobs.models import DockerHost, PresetImage, Workspace
+    from jobs.models import DockerHost, PresetImage, ResourcePool, Workspace
 
     User = get_user_model()
     owner = User.objects.create_user("owner", password="owner-password")
@@ -169,7 +169,9 @@ def demo(transactional_db, docker_client):
     workspace = Workspace.objects.create(name="team")
     workspace.members.add(owner, member)
     Workspace.objects.create(name="elsewhere").members.add(outsider)
-    host = DockerHost.objects.create(name="local", base_url=settings.DEFAULT_DOCKER_URL)
+    # Small thresholds: the environment checks must pass on a small test disk.
+    pool = ResourcePool.objects.create(name="test-pool", check_root_gb=0.5, check_cache_gb=0.5)
+    host = DockerHost.objects.create(name="local", base_url=settings.DEFAULT_DOCKER_URL, pool=pool)
     PresetImage.objects.create(name="busybox", image_ref=BUSYBOX)
     PresetImage.objects.create(name="python-3.11-numpy", image_ref=PYTHON_IMAGE)
 
@@ -177,7 +179,7 @@ def demo(transactional_db, docker_client):
         pass
 
     d = Demo()
-    d.owner, d.member, d.outsider, d.workspace, d.host = owner, member, outsider, workspace, host
+    d.owner, d.member, d.outsider, d.workspace, d.host, d.pool = owner, member, outsider, workspace, host, pool
     d.token = Token.objects.create(user=owner).key
     d.outsider_token = Token.objects.create(user=outsider).key
     return d

@@ -8,7 +8,10 @@ import tempfile
 _session = f"t{os.getpid()}"
 TMP = tempfile.mkdtemp(prefix=f"console-{_session}-")
 
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/console")
+# Each session gets its own database (pytest-django prefixes it with test_),
+# so two sessions on one machine never flush each other's tables.
+_db = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/console").rstrip("/")
+os.environ["DATABASE_URL"] = f"{_db}_{_session}"
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/9")
 os.environ["CHANNELS_PREFIX"] = f"console-{_session}"
 os.environ["CELERY_QUEUE"] = f"console-{_session}"

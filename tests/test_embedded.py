@@ -31,7 +31,7 @@ def embedded(docker_client):
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
     seeded = subprocess.run([*manage, "seed_demo"], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
-    facts = dict(line.split(" ", 1) for line in seeded.stdout.splitlines())
+    facts = dict(line.split(" ", 1) for line in seeded.stdout.splitlines() if " " in line)
     port = _free_port()
     log = open(Path(TMP) / "embedded.log", "ab")
     proc = subprocess.Popen(
@@ -76,7 +76,14 @@ def test_embedded_mode_runs_restarts_and_streams_a_job(embedded, docker_client):
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and "line 10" not in seen:
             seen += re.findall(r'<div class="ln" data-n="\d+">([^<]*)</div>', ws.recv(timeout=10))
-    assert seen[:3] == ["attempt 1", "line 1", "line 2"]
+    env_checks = [line for line in seen if line.startswith("[env-check]")]
+    assert [line.split(",")[0] for line in env_checks] == [
+        "[env-check] item: dns",
+        "[env-check] item: disk-size root",
+        "[env-check] item: disk-size shm",
+        "[env-check] item: disk-size cache",
+    ]
+    assert [line for line in seen if not line.startswith("[")][:3] == ["attempt 1", "line 1", "line 2"]
 
     container = docker_client.containers.list(filters={"label": f"console.job={job_id}"})[0]
     container.kill()

@@ -51,13 +51,13 @@ def _bool_annotation(annotations: dict, key: str, errors: dict) -> bool:
     return str(value).lower() == "true"
 
 
-def _int(value: Any, path: str, errors: dict, default: int | None = None) -> int | None:
+def _int(value: Any, path: str, errors: dict, default: int | None = None, rule: str = "") -> int | None:
     if value is None or value == "":
         return default
     try:
         return int(str(value))
     except ValueError:
-        errors[path] = ["Must be an integer."]
+        errors[path] = [f"Must be an integer{rule}."]
         return default
 
 
@@ -72,19 +72,29 @@ class TrainingJobCreateSerializer(serializers.Serializer):
         if not isinstance(annotations, dict):
             errors["metadata.annotations"] = ["Must be an object of string values."]
             annotations = {}
-        retry_num = _int(annotations.get(RETRY_NUM), f"metadata.annotations.{RETRY_NUM}", errors, default=0)
+        retry_num = _int(
+            annotations.get(RETRY_NUM),
+            f"metadata.annotations.{RETRY_NUM}",
+            errors,
+            default=0,
+            rule=" between 1 and 128 (absent or 0: fault tolerance off)",
+        )
         fields = {
             "name": _get(data, "metadata.name") or "",
             "description": _get(data, "metadata.description") or "",
             "command": _get(data, "algorithm.command") or "",
             "image": _get(data, "algorithm.engine.image_url") or "",
-            "node_count": _int(_get(data, "spec.resource.node_count"), "spec.resource.node_count", errors, 1),
+            "node_count": _int(
+                _get(data, "spec.resource.node_count"), "spec.resource.node_count", errors, 1, " between 1 and 64"
+            ),
             # SPEC §7: an absent job-retry-num is 0, and 0 is fault tolerance off.
             "fault_tolerance": bool(retry_num),
             "max_restarts": retry_num if retry_num else 3,
             "unconditional_restart": _bool_annotation(annotations, UNCONDITIONAL, errors),
             "hang_restart": _bool_annotation(annotations, HANG_RETRY, errors),
-            "pod_retry_num": _int(annotations.get(POD_RETRY_NUM), f"metadata.annotations.{POD_RETRY_NUM}", errors, 0),
+            "pod_retry_num": _int(
+                annotations.get(POD_RETRY_NUM), f"metadata.annotations.{POD_RETRY_NUM}", errors, 0, " between 0 and 128"
+            ),
         }
         if retry_num is not None and retry_num < 0:
             errors[f"metadata.annotations.{RETRY_NUM}"] = ["Max restarts must be between 1 and 128 (absent or 0: off)."]

@@ -15,6 +15,7 @@ import fcntl
 import logging
 import os
 import queue
+import re
 import threading
 import time
 import uuid
@@ -120,17 +121,35 @@ class _Reader(threading.Thread):
             self.out.put(None)
 
 
-class Follower:
-    """Follows one task run's container log until the stream ends.
+# The launcher's line when the user's process ended and it waits for a decision.
+PROCESS_EXIT_RE = re.compile(r"^\[console\] process exited with code (\d+);")
 
-    Returns from run() when the stream ended (the container stopped, or the
-    host went away: the caller asks Docker which) or ownership was lost.
+
+class ProcessExited(Exception):
+    """The user's process ended inside a still-running container (launcher marker)."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+class Follower:
+    """Follows one container's log into the log file of its current task run.
+
+    follow() returns when the stream ended (the container stopped, or the host
+    went away: the caller asks Docker which) or ownership was lost, and raises
+    ProcessExited when the launcher reports the user's process ended: the
+    stream stays open, and after a process-level restart the caller hands over
+    to the next task run of the same container and calls follow() again.
     """
 
     def __init__(self, task_run_id: int):
         self.task_run_id = task_run_id
         self.token = uuid.uuid4()
         self.lost_ownership = False
+        self._stream = None
+        self._frames: queue.Queue | None = None
+        self._pushback: deque = deque()  # frames read past a process-exit marker
 
     # -- claiming -----------------------------------------------------------
     def claim(self) -> TaskRun | None:
@@ -144,13 +163,26 @@ class Follower:
             return None
         return TaskRun.objects.select_related("attempt", "attempt__job", "host").get(id=self.task_run_id)
 
+    def handover(self, task_run_id: int) -> TaskRun:
+        """Continue with the next task run of the same container (process-level restart)."""
+        self.release()
+        self.task_run_id = task_run_id
+        TaskRun.objects.filter(id=task_run_id).update(follower_token=self.token, follower_heartbeat=timezone.now())
+        return TaskRun.objects.select_related("attempt", "attempt__job", "host").get(id=task_run_id)
+
     def release(self) -> None:
         TaskRun.objects.filter(id=self.task_run_id, follower_token=self.token).update(
             follower_token=None, follower_heartbeat=None
         )
 
+    def close_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+        self._stream = self._frames = None
+        self._pushback.clear()
+
     # -- following ----------------------------------------------------------
-    def follow(self, task_run: TaskRun, container) -> None:
+    def follow(self, task_run: TaskRun, container, on_tick=None) -> None:
         path = log_path(task_run)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o640)
@@ -164,69 +196,91 @@ class Follower:
                 return
             os.ftruncate(fd, task_run.log_bytes)
             os.lseek(fd, task_run.log_bytes, os.SEEK_SET)
-            self._pump(task_run, container, fd)
+            self._pump(task_run, container, fd, on_tick)
         finally:
             os.close(fd)
 
-    def _pump(self, task_run: TaskRun, container, fd: int) -> None:
+    def _open_stream(self, task_run: TaskRun, container) -> None:
+        if task_run.log_last_ts_ns:
+            since = task_run.log_last_ts_ns / 1e9 - 0.001
+        elif task_run.reuses_container and task_run.started_at:
+            since = task_run.started_at.timestamp() - 0.001
+        else:
+            since = 0
+        kwargs = {"stream": True, "follow": True, "timestamps": True}
+        if since > 0:
+            kwargs["since"] = since
+        self._stream = container.logs(**kwargs)
+        self._frames = queue.Queue()
+        _Reader(self._stream, self._frames).start()
+
+    def _pump(self, task_run: TaskRun, container, fd: int, on_tick) -> None:
+        if self._frames is None:
+            self._open_stream(task_run, container)
         state = {
             "lines": task_run.log_lines,
             "bytes": task_run.log_bytes,
             "last_ts": task_run.log_last_ts_ns,
             "last_ts_count": task_run.log_last_ts_count,
         }
-        since = max(task_run.log_last_ts_ns / 1e9 - 0.001, 0.0) or None
-        kwargs = {"stream": True, "follow": True, "timestamps": True}
-        if since:
-            kwargs["since"] = since
-        stream = container.logs(**kwargs)
-        frames: queue.Queue = queue.Queue()
-        _Reader(stream, frames).start()
+        # A process-level restart shares the container's log with the attempts
+        # before it: its lines start when it was restarted. (A new container's
+        # first lines may predate Docker's StartedAt: take all of them.)
+        min_ts = 0
+        if task_run.reuses_container and task_run.started_at:
+            min_ts = int(task_run.started_at.timestamp() * 1e9) - 1_000_000
         # Lines older than the resume point arrive again when resuming: skip
         # those up to and including what was acknowledged.
         skip_equal = state["last_ts_count"]
         last_beat = time.monotonic()
         ended = False
-        try:
-            while not ended:
-                batch: list[bytes] = []
-                try:
-                    first = frames.get(timeout=HEARTBEAT_EVERY_S)
-                except queue.Empty:
-                    first = b""
-                if first is None:
-                    ended = True
-                elif first:
-                    batch.append(first)
-                    while len(batch) < MAX_BATCH_LINES:
-                        try:
-                            frame = frames.get_nowait()
-                        except queue.Empty:
-                            break
-                        if frame is None:
-                            ended = True
-                            break
-                        batch.append(frame)
-                new_lines: list[LogLine] = []
-                chunks: list[bytes] = []
-                for frame in batch:
-                    ts_ns, text = split_frame(frame)
-                    if ts_ns < state["last_ts"]:
-                        continue
-                    if ts_ns == state["last_ts"]:
-                        if skip_equal > 0:
-                            skip_equal -= 1
-                            continue
-                        state["last_ts_count"] += 1
-                    else:
-                        state["last_ts"], state["last_ts_count"] = ts_ns, 1
-                        skip_equal = 0
-                    state["lines"] += 1
-                    chunks.append(f"{ts_ns} {text}\n".encode())
-                    new_lines.append(LogLine(state["lines"], ts_ns, text))
-                now = time.monotonic()
-                if not new_lines and now - last_beat < HEARTBEAT_EVERY_S:
+        while not ended:
+            batch: list[bytes] = []
+            try:
+                first = self._pushback.popleft() if self._pushback else self._frames.get(timeout=HEARTBEAT_EVERY_S)
+            except queue.Empty:
+                first = b""
+            if first is None:
+                ended = True
+            elif first:
+                batch.append(first)
+                while len(batch) < MAX_BATCH_LINES:
+                    try:
+                        frame = self._pushback.popleft() if self._pushback else self._frames.get_nowait()
+                    except queue.Empty:
+                        break
+                    if frame is None:
+                        ended = True
+                        break
+                    batch.append(frame)
+            new_lines: list[LogLine] = []
+            chunks: list[bytes] = []
+            process_exit: int | None = None
+            for position, frame in enumerate(batch):
+                ts_ns, text = split_frame(frame)
+                if ts_ns < state["last_ts"] or ts_ns < min_ts:
                     continue
+                if ts_ns == state["last_ts"]:
+                    if skip_equal > 0:
+                        skip_equal -= 1
+                        continue
+                    state["last_ts_count"] += 1
+                else:
+                    state["last_ts"], state["last_ts_count"] = ts_ns, 1
+                    skip_equal = 0
+                state["lines"] += 1
+                chunks.append(f"{ts_ns} {text}\n".encode())
+                new_lines.append(LogLine(state["lines"], ts_ns, text))
+                marker = PROCESS_EXIT_RE.match(text)
+                if marker:
+                    # Lines after the marker belong to whatever comes next:
+                    # put them back in front of the queue's remaining frames.
+                    process_exit = int(marker.group(1))
+                    self._pushback.extendleft(reversed(batch[position + 1 :] + ([None] if ended else [])))
+                    ended = False
+                    break
+            now = time.monotonic()
+            if new_lines or now - last_beat >= HEARTBEAT_EVERY_S or process_exit is not None or ended:
                 if chunks:
                     data = b"".join(chunks)
                     os.write(fd, data)
@@ -244,8 +298,11 @@ class Follower:
                     return
                 if new_lines:
                     push_lines(task_run, new_lines)
-        finally:
-            stream.close()
+            if process_exit is not None:
+                raise ProcessExited(process_exit)
+            if on_tick is not None and not ended:
+                on_tick(task_run, bool(new_lines))
+        self.close_stream()
 
 
 def push_lines(task_run: TaskRun, lines: list[LogLine]) -> None:

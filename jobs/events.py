@@ -1,0 +1,32 @@
+"""Recording job events and fanning them out to the job's notification topic."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from console import realtime
+
+from .models import JobEvent, Notification, TrainingJob
+
+
+def record(job: TrainingJob, kind: str, message: str, **data) -> JobEvent:
+    """Store an event; after commit, push it to live pages and queue its notifications."""
+    event = JobEvent.objects.create(job=job, kind=kind, message=message, data=data)
+    targets = []
+    if kind in (job.notify_events or []):
+        if job.notify_webhook_url:
+            targets.append(("webhook", job.notify_webhook_url))
+        targets += [("email", address) for address in job.notify_email_list]
+    notifications = Notification.objects.bulk_create(
+        Notification(event=event, transport=transport, target=target) for transport, target in targets
+    )
+
+    def after_commit() -> None:
+        realtime.publish(realtime.job_group(job.id), {"type": "job.changed"})
+        from . import tasks
+
+        for notification in notifications:
+            tasks.deliver_notification.delay(notification.id)
+
+    transaction.on_commit(after_commit)
+    return event

@@ -1,0 +1,70 @@
+"""Notification transports: a registry of small classes, one per kind of topic.
+
+Each transport's send() raises TransportError on a failure worth retrying.
+"""
+
+from __future__ import annotations
+
+import json
+
+import requests
+from django.conf import settings
+from django.core.mail import send_mail
+
+from .models import JobEvent
+
+
+class TransportError(Exception):
+    pass
+
+
+def payload(event: JobEvent) -> dict:
+    job = event.job
+    return {
+        "event": event.kind,
+        "at": event.at.isoformat(),
+        "message": event.message,
+        "data": event.data,
+        "job": {
+            "id": str(job.id),
+            "name": job.name,
+            "project_id": job.workspace.project_id,
+            "phase": job.phase,
+            "restarts_used": job.restarts_used,
+            "max_restarts": job.max_restarts_effective,
+        },
+    }
+
+
+class Webhook:
+    timeout_s = 5
+
+    def send(self, target: str, event: JobEvent) -> None:
+        try:
+            response = requests.post(
+                target,
+                data=json.dumps(payload(event)),
+                headers={"Content-Type": "application/json", "User-Agent": "training-console"},
+                timeout=self.timeout_s,
+            )
+        except requests.RequestException as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 300:
+            raise TransportError(f"HTTP {response.status_code}: {response.text[:200]}")
+
+
+class Email:
+    def send(self, target: str, event: JobEvent) -> None:
+        job = event.job
+        try:
+            send_mail(
+                subject=f"[training console] {job.name}: {event.get_kind_display()}",
+                message=f"{event.message}\n\nJob {job.name} ({job.id}) is {job.phase}.",
+                from_email=settings.DEFAULT_FROM_EMAIL,
+                recipient_list=[target],
+            )
+        except OSError as exc:
+            raise TransportError(str(exc)) from exc
+
+
+TRANSPORTS = {"webhook": Webhook, "email": Email}

@@ -1,0 +1,132 @@
+"""Hang detection (SPEC §6): CPU, log output and, where present, GPU use.
+
+A follower asks its HangWatch on every tick; the watch samples the
+container's CPU time from its cgroup (a `docker exec cat`, cheap and
+remote-safe; `docker stats` blocks a second per call) every few seconds, and
+reports a suspected hang when, for the whole window, the CPU stayed below the
+threshold, no log line arrived and no GPU was busy.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# cgroup v1 cpuacct (ns) or cgroup v2 cpu.stat (usage_usec).
+CPU_USAGE_CMD = [
+    "sh",
+    "-c",
+    "cat /sys/fs/cgroup/cpuacct/cpuacct.usage 2>/dev/null"
+    " || awk '/^usage_usec/ { print $2 * 1000 }' /sys/fs/cgroup/cpu.stat",
+]
+SAMPLE_EVERY_S = 2.0
+IDLE_CPU_FRACTION = 0.02  # below 2% of one core counts as idle
+
+# Returns the utilisation (0-100) of the container's busiest GPU, or None.
+GpuSampler = Callable[[object], float | None]
+
+
+def no_gpu(container) -> float | None:
+    return None
+
+
+def nvidia_smi_gpu(container) -> float | None:
+    """GPU flavors: the busiest GPU's utilisation, from nvidia-smi inside the container."""
+    result = container.exec_run(
+        ["sh", "-c", "nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits"], user="1000:1000"
+    )
+    if result.exit_code != 0:
+        return None
+    values = [float(v) for v in result.output.decode().split() if v.replace(".", "", 1).isdigit()]
+    return max(values) if values else None
+
+
+def cpu_usage_ns(container) -> int | None:
+    result = container.exec_run(CPU_USAGE_CMD, user="1000:1000")
+    if result.exit_code != 0:
+        return None
+    try:
+        return int(float(result.output.decode().split()[0]))
+    except (ValueError, IndexError):
+        return None
+
+
+@dataclass
+class HangWatch:
+    window_s: float
+    gpu_sampler: GpuSampler = no_gpu
+    clock: Callable[[], float] = time.monotonic
+    last_activity: float = field(default=0.0)
+    last_sample_at: float = field(default=0.0)
+    last_cpu_ns: int | None = None
+    idle_cpu_fraction: float = 0.0
+    gpu_util: float | None = None
+    suspected: bool = False
+
+    def __post_init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        now = self.clock()
+        self.last_activity = self.last_sample_at = now
+        self.last_cpu_ns = None
+        self.suspected = False
+
+    def tick(self, container, got_lines: bool) -> bool:
+        """Returns True once when a hang becomes suspected."""
+        now = self.clock()
+        if got_lines:
+            self._active(now)
+        if now - self.last_sample_at >= SAMPLE_EVERY_S:
+            self._sample(container, now)
+        if self.suspected or now - self.last_activity < self.window_s:
+            return False
+        self.suspected = True
+        return True
+
+    def _active(self, now: float) -> None:
+        self.last_activity = now
+        self.suspected = False
+
+    def _sample(self, container, now: float) -> None:
+        usage = cpu_usage_ns(container)
+        elapsed = now - self.last_sample_at
+        self.last_sample_at = now
+        if usage is not None and self.last_cpu_ns is not None and elapsed > 0:
+            self.idle_cpu_fraction = (usage - self.last_cpu_ns) / 1e9 / elapsed
+            if self.idle_cpu_fraction >= IDLE_CPU_FRACTION:
+                self._active(now)
+        self.last_cpu_ns = usage
+        self.gpu_util = self.gpu_sampler(container)
+        if self.gpu_util:
+            self._active(now)
+
+    def metrics(self) -> dict:
+        return {
+            "idle_for_s": round(self.clock() - self.last_activity, 1),
+            "window_s": self.window_s,
+            "cpu_cores_used": round(self.idle_cpu_fraction, 4),
+            "gpu_util_percent": self.gpu_util,
+            "log_lines_in_window": 0,
+        }
+
+
+STACKS_CMD = [
+    "sh",
+    "-c",
+    # py-spy where the image has it: one dump per Python process (not the launcher).
+    "command -v py-spy >/dev/null 2>&1 || { echo 'py-spy is not in this image'; exit 0; }; "
+    'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] && continue; '
+    "tr '\\0' ' ' < $d/cmdline 2>/dev/null | grep -q python || continue; "
+    "py-spy dump --pid $p 2>&1; done",
+]
+
+
+def capture_stacks(container) -> str:
+    """Where a hung Python process is stuck, before it is restarted."""
+    try:
+        result = container.exec_run(STACKS_CMD, user="1000:1000")
+    except Exception as exc:  # the evidence is best effort; the restart must go on
+        return f"could not capture stacks: {exc}"
+    return result.output.decode(errors="replace")[-20000:]

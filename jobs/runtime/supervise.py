@@ -1,0 +1,342 @@
+"""What happens while an instance runs and when it ends.
+
+A follower task per container persists its log, watches it for hangs, and
+reports how it ended: the user's process exited (the launcher's marker; the
+container waits for a decision), the container ended, or its host went away.
+The attempt's end is then classified and decided exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import docker
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from faulttolerance import classify as c
+from faulttolerance.models import RecoveryRecord
+from faulttolerance.policy import Counters, Decision, Policy, decide
+from jobs import events
+from jobs.models import Attempt, EventKind, Phase, TaskRun, TrainingJob
+
+from . import docker_hosts
+from .hang import HangWatch, capture_stacks
+from .lifecycle import (
+    HOST_ERRORS,
+    announce,
+    finish,
+    isolate_host,
+    new_attempt,
+    no_host_reason,
+    pick_hosts,
+    stop_attempt_containers,
+)
+from .logs import Follower, ProcessExited, docker_time, recent_text
+
+log = logging.getLogger(__name__)
+
+SUCCESSOR_WAIT_S = 10
+
+
+# -- following ---------------------------------------------------------------------
+def follow_task_run(task_run_id: int) -> bool:
+    """Persist a container's log until it ends, then record how it ended."""
+    follower = Follower(task_run_id)
+    task_run = follower.claim()
+    if task_run is None:
+        return False
+    watch = _hang_watch(task_run)
+    container = None
+
+    def on_tick(current: TaskRun, got_lines: bool) -> None:
+        if container is not None and watch.tick(container, got_lines):
+            hang_suspected(current.id, container, watch.metrics())
+
+    try:
+        while True:
+            client = docker_hosts.client_for(task_run.host, timeout=None)
+            try:
+                container = client.containers.get(task_run.container_id or task_run.container_name)
+                follower.follow(task_run, container, on_tick)
+                if follower.lost_ownership:
+                    return False
+                container.reload()
+            except ProcessExited as exit_:
+                successor = process_exited(task_run, exit_.code)
+                if successor is not None:
+                    task_run = follower.handover(successor.id)
+                    watch = _hang_watch(task_run)
+                continue  # keep reading: the next run's lines, or the container's end
+            except docker.errors.NotFound:
+                _mark_lost(task_run, "The container vanished (removed outside the console).")
+                break
+            except HOST_ERRORS as exc:
+                follower.close_stream()
+                docker_hosts.forget_client(task_run.host)
+                if _host_reachable(task_run.host):
+                    task_run.refresh_from_db()
+                    continue  # a broken stream on a live host: follow again from the last line
+                _mark_lost(task_run, f"Docker host {task_run.host.name} became unreachable: {exc}")
+                break
+            if container.status in ("running", "restarting", "paused"):
+                task_run.refresh_from_db()
+                continue  # the stream ended early; the container is still alive
+            _mark_exited(task_run, container)
+            try:
+                container.remove(force=True)
+            except HOST_ERRORS:
+                log.warning("could not remove %s", task_run.container_name)
+            break
+    finally:
+        follower.close_stream()
+        follower.release()
+    attempt_may_have_ended(task_run.attempt_id)
+    return True
+
+
+def _hang_watch(task_run: TaskRun) -> HangWatch:
+    job = task_run.attempt.job
+    return HangWatch(window_s=job.hang_window_s or settings.HANG_WINDOW_S)
+
+
+def _host_reachable(host) -> bool:
+    try:
+        docker_hosts.client_for(host, timeout=5).ping()
+        return True
+    except HOST_ERRORS:
+        return False
+
+
+def _mark_exited(task_run: TaskRun, container) -> None:
+    state = container.attrs["State"]
+    TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.RUNNING).update(
+        state=TaskRun.State.EXITED,
+        exit_code=state.get("ExitCode"),
+        oom_killed=bool(state.get("OOMKilled")),
+        ended_at=docker_time(state.get("FinishedAt")) or timezone.now(),
+    )
+
+
+def _mark_lost(task_run: TaskRun, reason: str) -> None:
+    TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.RUNNING).update(
+        state=TaskRun.State.LOST, error=reason, ended_at=timezone.now()
+    )
+
+
+def process_exited(task_run: TaskRun, code: int) -> TaskRun | None:
+    """The user's process ended in a live container: decide, and return the task
+    run that restarts in this same container (process level), if any."""
+    TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.RUNNING).update(
+        state=TaskRun.State.EXITED, exit_code=code, ended_at=timezone.now(), ended_in_place=True
+    )
+    attempt_may_have_ended(task_run.attempt_id)
+    deadline = time.monotonic() + SUCCESSOR_WAIT_S
+    while time.monotonic() < deadline:
+        successor = (
+            TaskRun.objects.filter(
+                container_id=task_run.container_id,
+                attempt__job_id=task_run.attempt.job_id,
+                attempt__number__gt=task_run.attempt.number,
+            )
+            .order_by("attempt__number")
+            .first()
+        )
+        if successor is not None:
+            return successor
+        attempt = Attempt.objects.get(id=task_run.attempt_id)
+        if attempt.state == Attempt.State.ENDED and attempt.outcome:
+            return None  # decided, and not a restart in this container
+        time.sleep(0.05)
+    return None
+
+
+def hang_suspected(task_run_id: int, container, metrics: dict) -> None:
+    """Suspected hang: an event (and notification) always; with H, a hang restart."""
+    if not TaskRun.objects.filter(id=task_run_id, state=TaskRun.State.RUNNING, hang_suspected_at=None).update(
+        hang_suspected_at=timezone.now(), evidence={"hang": metrics}
+    ):
+        return
+    task_run = TaskRun.objects.select_related("attempt__job").get(id=task_run_id)
+    job = task_run.attempt.job
+    with transaction.atomic():
+        events.record(
+            job,
+            EventKind.SUSPECTED_HANG,
+            f"worker-{task_run.index} looks stuck: no CPU use, no log output"
+            f"{', no GPU use' if metrics.get('gpu_util_percent') is not None else ''}"
+            f" for {metrics['idle_for_s']} s (window {metrics['window_s']} s).",
+            task=task_run.task_name,
+            **metrics,
+        )
+    if not (job.hang_restart and job.max_restarts_effective > 0):
+        return
+    stacks = capture_stacks(container)
+    TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.RUNNING).update(
+        state=TaskRun.State.EXITED,
+        hung=True,
+        ended_in_place=True,
+        ended_at=timezone.now(),
+        evidence={"hang": metrics, "stacks": stacks},
+    )
+    attempt_may_have_ended(task_run.attempt_id)
+
+
+# -- ending --------------------------------------------------------------------------
+def _failed(task_run: TaskRun) -> bool:
+    if task_run.state in (TaskRun.State.START_FAILED, TaskRun.State.LOST) or task_run.hung:
+        return True
+    return task_run.state == TaskRun.State.EXITED and task_run.exit_code != 0
+
+
+def attempt_may_have_ended(attempt_id: int) -> bool:
+    """Called whenever an instance ended: end the attempt once its fate is known."""
+    attempt = Attempt.objects.select_related("job").get(id=attempt_id)
+    runs = list(attempt.task_runs.select_related("host"))
+    failed = sorted((r for r in runs if _failed(r)), key=lambda r: r.ended_at or timezone.now())
+    done = [r for r in runs if r.state not in (TaskRun.State.CREATED, TaskRun.State.RUNNING)]
+    terminating = TrainingJob.objects.filter(id=attempt.job_id, terminate_requested=True).exists()
+    if not failed and not terminating and len(done) < len(runs):
+        return False  # the others are still working
+    if terminating and len(done) < len(runs) and attempt.state == Attempt.State.RUNNING:
+        return False  # wait until every container of a stopped job is gone
+    # Exactly one caller decides for an attempt, however many workers race here.
+    if not Attempt.objects.filter(id=attempt.id, state__in=[Attempt.State.STARTING, Attempt.State.RUNNING]).update(
+        state=Attempt.State.ENDED, ended_at=timezone.now()
+    ):
+        return False
+    decision = None
+    with transaction.atomic():
+        job = TrainingJob.objects.select_for_update().get(id=attempt.job_id)
+        if job.terminate_requested:
+            Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.TERMINATED)
+            finish(job, Phase.TERMINATED, "Stopped by the user.")
+        elif not failed:
+            Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.SUCCEEDED)
+            finish(job, Phase.COMPLETED, "")
+        else:
+            decision = _decide_after_failure(job, attempt, failed[0])
+            Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.FAILED)
+    in_place = decision is not None and decision.restart and decision.level == "process"
+    if failed and not in_place:
+        # Collective training cannot go on with one rank gone, and launchers
+        # waiting for a decision must end: stop every container of the attempt.
+        stop_attempt_containers(attempt.id)
+    return True
+
+
+def _facts(run: TaskRun) -> c.EndFacts:
+    return c.EndFacts(
+        exit_code=run.exit_code,
+        oom_killed=run.oom_killed,
+        lost=run.state == TaskRun.State.LOST,
+        hung=run.hung,
+        start_error=run.error if run.state == TaskRun.State.START_FAILED else "",
+        log_tail=recent_text(run, 50),
+    )
+
+
+def _decide_after_failure(job: TrainingJob, attempt: Attempt, failed_run: TaskRun) -> Decision:
+    verdict = c.classify(_facts(failed_run)) or c.Classification(c.USER_ERROR, "unknown", "The instance failed.")
+    policy = Policy(job.max_restarts_effective, job.unconditional_restart, job.hang_restart)
+    counters = Counters(job.restarts_used, job.hang_restarts_used, job.consecutive_unconditional, job.consecutive_hang)
+    ran_for = (attempt.ended_at or timezone.now()) - (attempt.started_at or attempt.created_at)
+    stable = ran_for.total_seconds() >= settings.STABLE_WINDOW_S
+    decision = decide(policy, counters, verdict.failure_class, stable=stable)
+    decision = _escalate(attempt, decision, verdict.failure_class, stable)
+    after = decision.counters
+    TrainingJob.objects.filter(id=job.id).update(
+        restarts_used=after.restarts_used,
+        hang_restarts_used=after.hang_restarts_used,
+        consecutive_unconditional=after.consecutive_unconditional,
+        consecutive_hang=after.consecutive_hang,
+    )
+    if verdict.failure_class in (c.ENV_CHECK_FAILED, c.NODE_FAILURE) and policy.max_restarts > 0:
+        if verdict.failure_class == c.ENV_CHECK_FAILED:
+            events.record(
+                job,
+                EventKind.ENV_CHECK_FAILED,
+                f"Environment check failed on {failed_run.host.name}.",
+                host=failed_run.host.name,
+                lines=verdict.matched_lines,
+            )
+        isolate_host(failed_run.host_id, f"{verdict.explanation} ({job.name}, attempt {attempt.number})", job)
+    next_attempt = None
+    if decision.restart:
+        next_attempt, waiting = _restart(job, attempt, decision)
+        reason = f"{verdict.failure_class}: {decision.summary}"
+        if waiting:
+            reason += f". {waiting}"
+        TrainingJob.objects.filter(id=job.id).update(
+            phase=Phase.PENDING if waiting else Phase.RESTARTING, phase_reason=reason
+        )
+        announce(job.id)
+    else:
+        evidence = f" (exit code {failed_run.exit_code})" if failed_run.exit_code is not None else ""
+        detail = failed_run.error or verdict.explanation
+        finish(job, Phase.FAILED, f"{verdict.failure_class}{evidence}: {detail} Decision: {decision.summary}.")
+    if policy.max_restarts > 0:
+        RecoveryRecord.objects.create(
+            job=job,
+            failed_attempt=attempt,
+            detected_at=failed_run.ended_at or timezone.now(),
+            failure_class=verdict.failure_class,
+            rule=verdict.rule,
+            explanation=failed_run.error or verdict.explanation,
+            task_index=failed_run.index,
+            exit_code=failed_run.exit_code,
+            oom_killed=failed_run.oom_killed,
+            matched_lines=verdict.matched_lines,
+            evidence=failed_run.evidence,
+            restart=decision.restart,
+            level=decision.level,
+            decision=decision.summary,
+            restarts_used_after=after.restarts_used,
+            max_restarts=policy.max_restarts,
+            hang_restarts_after=after.hang_restarts_used,
+            reschedules_after=job.reschedules_used,
+            next_attempt=next_attempt,
+        )
+    return decision
+
+
+def _escalate(attempt: Attempt, decision: Decision, failure_class: str, stable: bool) -> Decision:
+    """SPEC §4's levels, escalating: process -> container -> job.
+
+    Process level is the first choice for a hang and for a first transient
+    failure while every container is still alive; container level when the
+    process level did not help or a container died; job level when the
+    container level did not help (env_check_failed and node_failure start
+    there). An attempt that ran for the stable window starts over.
+    """
+    if not decision.restart or decision.level == "job" or failure_class == c.HANG:
+        return decision
+    alive = not attempt.task_runs.exclude(
+        state__in=[TaskRun.State.RUNNING, TaskRun.State.CREATED], ended_in_place=False
+    ).exists()
+    previous = "initial" if stable else attempt.level
+    if previous == "process":
+        level = "container"
+    elif previous == "container":
+        level = "job"
+    elif failure_class == c.TRANSIENT and alive:
+        level = "process"
+    else:
+        level = decision.level
+    if level == "process" and not alive:
+        level = "container"
+    return Decision(decision.restart, level, decision.reason, decision.counters)
+
+
+def _restart(job: TrainingJob, attempt: Attempt, decision: Decision) -> tuple[Attempt | None, str]:
+    runs = list(attempt.task_runs.select_related("host").order_by("index"))
+    if decision.level == "process":
+        return new_attempt(job, [r.host for r in runs], "process", reuse={r.index: r for r in runs}), ""
+    if decision.level == "container":
+        return new_attempt(job, [r.host for r in runs], "container"), ""
+    hosts = pick_hosts(job.node_count, for_recovery=True)
+    if hosts is None:
+        return None, no_host_reason()  # schedule_job starts it once a host is healthy again
+    return new_attempt(job, hosts, "job"), ""
