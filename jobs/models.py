@@ -54,6 +54,22 @@ class ResourcePool(models.Model):
         return self.name
 
 
+class Flavor(models.Model):
+    """An instance size (SPEC §2): what each container of a job may use."""
+
+    name = models.CharField(max_length=64, unique=True, help_text="e.g. cpu.4u8g or GPU:1*tnt004")
+    cpus = models.FloatField(default=1)
+    memory_mb = models.PositiveIntegerField(default=4096)
+    gpus = models.PositiveIntegerField(default=0)
+    gpu_type = models.CharField(max_length=64, blank=True)
+    shm_size_gb = models.FloatField(null=True, blank=True, help_text="Empty: the pool's shm size.")
+    uses_ib = models.BooleanField(default=False, help_text="InfiniBand: the ulimit check runs.")
+    single_process = models.BooleanField(default=False, help_text="Refuses multi-process (distributed) jobs.")
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class DockerHost(models.Model):
     """A Docker Engine that runs job containers, registered by an operator."""
 
@@ -109,6 +125,7 @@ class TrainingJob(models.Model):
     image = models.CharField(max_length=255, validators=[v.image_reference_validator])
     command = models.TextField()
     node_count = models.PositiveIntegerField(default=1)
+    flavor = models.ForeignKey(Flavor, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs")
 
     # High availability (SPEC §4). R is max_restarts when fault tolerance is on, else 0.
     fault_tolerance = models.BooleanField(default=False)

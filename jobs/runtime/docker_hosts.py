@@ -99,8 +99,8 @@ def container_environment(job: TrainingJob, attempt: Attempt, task_run: TaskRun)
         "MA_CHECK_ROOT_GB": str(pool.check_root_gb),
         "MA_CHECK_SHM_GB": str(pool.check_shm_gb),
         "MA_CHECK_CACHE_GB": str(pool.check_cache_gb),
-        "MA_CHECK_ULIMIT": "0",  # no IB flavors yet
-        "MA_CHECK_GPU": "0",  # no GPU flavors yet
+        "MA_CHECK_ULIMIT": "1" if job.flavor and job.flavor.uses_ib else "0",
+        "MA_CHECK_GPU": "1" if job.flavor and job.flavor.gpus else "0",
         "MA_CHECK_ULIMIT_MEMLOCK": str(pool.check_ulimit_memlock),
         "MA_CHECK_ULIMIT_NOFILE": str(pool.check_ulimit_nofile),
         "MA_CHECK_ULIMIT_STACK": str(pool.check_ulimit_stack),
@@ -127,7 +127,16 @@ def volcano_hosts_archive(job: TrainingJob) -> bytes:
 def container_create_kwargs(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hosts: list[DockerHost]) -> dict:
     pool = pool_of(task_run.host)
     multi = job.node_count > 1
+    flavor = job.flavor
+    shm_gb = flavor.shm_size_gb if flavor and flavor.shm_size_gb else pool.shm_size_gb
+    limits = {}
+    if flavor is not None:
+        limits = {"mem_limit": f"{flavor.memory_mb}m", "memswap_limit": f"{flavor.memory_mb}m"}
+        limits["nano_cpus"] = int(flavor.cpus * 1e9)
+        if flavor.gpus:
+            limits["device_requests"] = [docker.types.DeviceRequest(count=flavor.gpus, capabilities=[["gpu"]])]
     return {
+        **limits,
         "image": job.image,
         "command": ["sh", "-c", LAUNCHER, "launcher"],
         "name": task_run.container_name,
@@ -140,7 +149,7 @@ def container_create_kwargs(job: TrainingJob, attempt: Attempt, task_run: TaskRu
         # network for the ranks of a multi-instance job.
         "network_mode": "host" if multi else "none",
         "extra_hosts": {instance_hostname(job, i): h.address for i, h in enumerate(hosts)},
-        "shm_size": f"{int(pool.shm_size_gb * 1024)}m",
+        "shm_size": f"{int(shm_gb * 1024)}m",
         "volumes": {
             str(job_data_dir(job)): {"bind": JOB_DATA_MOUNT, "mode": "rw"},
             # A per-instance scratch volume, created on the instance's host.

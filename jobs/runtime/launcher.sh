@@ -7,9 +7,9 @@
 #    non-zero and process-level restarts are possible (MA_PROCESS_RESTART=1),
 #    prints a marker line and waits for the supervisor's decision, which it
 #    writes with `docker exec` into $MA_CONTROL_DIR/decision:
-#    "restart" runs the command again in this same container (process-level
-#    restart); anything else, or no answer in time, ends the container with
-#    the command's exit code.
+#    "restart N" runs the command again in this same container as attempt N
+#    (process-level restart); anything else, or no answer in time, ends the
+#    container with the command's exit code.
 # docker stop's SIGTERM is forwarded to the child; the container then ends.
 
 say() { echo "[console] $*"; }
@@ -74,6 +74,14 @@ if [ "${MA_ENV_CHECKS:-0}" = 1 ]; then
   [ "${MA_CHECK_GPU:-0}" = 1 ] && check_gpu
 fi
 
+# The kernel's count of OOM kills in this container's cgroup (v1 or v2): a
+# child killed for memory leaves the container alive, so Docker's OOMKilled
+# flag stays false; the launcher reports it instead.
+oom_kills() {
+  awk '/^oom_kill / { print $2; exit }' /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events \
+    2>/dev/null || echo 0
+}
+
 control=${MA_CONTROL_DIR:-/tmp/.console}
 mkdir -p "$control" 2>/dev/null
 stopping=0
@@ -85,6 +93,7 @@ while :; do
   rm -f "$control/decision"
   [ "$run" -gt 1 ] && say "process restarted in the same container (run $run)"
   export MA_PROCESS_RUN=$run
+  ooms_before=$(oom_kills)
   sh -c "$MA_USER_COMMAND" &
   child=$!
   echo "$child" >"$control/child.pid"
@@ -98,7 +107,9 @@ while :; do
   if [ "$code" -eq 0 ] || [ "$stopping" = 1 ] || [ "${MA_PROCESS_RESTART:-0}" != 1 ]; then
     exit "$code"
   fi
-  say "process exited with code $code; waiting for the supervisor's decision"
+  oom=""
+  [ "$(oom_kills)" != "$ooms_before" ] && oom=" (oom-killed)"
+  say "process exited with code $code$oom; waiting for the supervisor's decision"
   waited=0
   decision=""
   while [ "$waited" -lt "${MA_DECISION_TIMEOUT_TICKS:-600}" ]; do
@@ -110,5 +121,9 @@ while :; do
     sleep 0.05
     waited=$((waited + 1))
   done
-  [ "$decision" = restart ] || exit "$code"
+  case "$decision" in
+    "restart "*) MA_ATTEMPT=${decision#restart }; MA_RESTART_COUNT=$((MA_ATTEMPT - 1)) ;;
+    *) exit "$code" ;;
+  esac
+  export MA_ATTEMPT MA_RESTART_COUNT
 done

@@ -151,14 +151,18 @@ def _create_and_start(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hos
     return container
 
 
-def _restart_process(task_run: TaskRun) -> None:
+def _restart_process(task_run: TaskRun, attempt: Attempt) -> None:
     """Process-level restart: the launcher in the same container runs the command again."""
     container = docker_hosts.client_for(task_run.host).containers.get(task_run.container_id)
     if container.status != "running":
         raise docker.errors.NotFound(f"container {task_run.container_name} is {container.status}")
     # Write the decision first, then end whatever still runs (all but PID 1, the launcher).
     result = container.exec_run(
-        ["sh", "-c", f"echo restart > {docker_hosts.CONTROL_DIR}/decision; kill -KILL -1 2>/dev/null; true"],
+        [
+            "sh",
+            "-c",
+            f"echo restart {attempt.number} > {docker_hosts.CONTROL_DIR}/decision; kill -KILL -1 2>/dev/null; true",
+        ],
         user=docker_hosts.MA_USER,
     )
     if result.exit_code != 0:
@@ -199,7 +203,7 @@ def start_attempt(attempt_id: int) -> bool:
                 TaskRun.objects.filter(
                     container_id=task_run.container_id, state=TaskRun.State.RUNNING, attempt__number__lt=attempt.number
                 ).update(state=TaskRun.State.EXITED, ended_at=started_at)
-                _restart_process(task_run)
+                _restart_process(task_run, attempt)
                 container_id = task_run.container_id
             else:
                 container = _create_and_start(job, attempt, task_run, hosts)

@@ -122,15 +122,15 @@ class _Reader(threading.Thread):
 
 
 # The launcher's line when the user's process ended and it waits for a decision.
-PROCESS_EXIT_RE = re.compile(r"^\[console\] process exited with code (\d+);")
+PROCESS_EXIT_RE = re.compile(r"^\[console\] process exited with code (\d+)( \(oom-killed\))?;")
 
 
 class ProcessExited(Exception):
     """The user's process ended inside a still-running container (launcher marker)."""
 
-    def __init__(self, code: int):
+    def __init__(self, code: int, oom_killed: bool = False):
         super().__init__(code)
-        self.code = code
+        self.code, self.oom_killed = code, oom_killed
 
 
 class Follower:
@@ -255,7 +255,7 @@ class Follower:
                     batch.append(frame)
             new_lines: list[LogLine] = []
             chunks: list[bytes] = []
-            process_exit: int | None = None
+            process_exit: ProcessExited | None = None
             for position, frame in enumerate(batch):
                 ts_ns, text = split_frame(frame)
                 if ts_ns < state["last_ts"] or ts_ns < min_ts:
@@ -275,7 +275,7 @@ class Follower:
                 if marker:
                     # Lines after the marker belong to whatever comes next:
                     # put them back in front of the queue's remaining frames.
-                    process_exit = int(marker.group(1))
+                    process_exit = ProcessExited(int(marker.group(1)), bool(marker.group(2)))
                     self._pushback.extendleft(reversed(batch[position + 1 :] + ([None] if ended else [])))
                     ended = False
                     break
@@ -299,7 +299,7 @@ class Follower:
                 if new_lines:
                     push_lines(task_run, new_lines)
             if process_exit is not None:
-                raise ProcessExited(process_exit)
+                raise process_exit
             if on_tick is not None and not ended:
                 on_tick(task_run, bool(new_lines))
         self.close_stream()

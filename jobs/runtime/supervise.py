@@ -65,7 +65,7 @@ def follow_task_run(task_run_id: int) -> bool:
                     return False
                 container.reload()
             except ProcessExited as exit_:
-                successor = process_exited(task_run, exit_.code)
+                successor = process_exited(task_run, exit_.code, exit_.oom_killed)
                 if successor is not None:
                     task_run = follower.handover(successor.id)
                     watch = _hang_watch(task_run)
@@ -126,11 +126,11 @@ def _mark_lost(task_run: TaskRun, reason: str) -> None:
     )
 
 
-def process_exited(task_run: TaskRun, code: int) -> TaskRun | None:
+def process_exited(task_run: TaskRun, code: int, oom_killed: bool = False) -> TaskRun | None:
     """The user's process ended in a live container: decide, and return the task
     run that restarts in this same container (process level), if any."""
     TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.RUNNING).update(
-        state=TaskRun.State.EXITED, exit_code=code, ended_at=timezone.now(), ended_in_place=True
+        state=TaskRun.State.EXITED, exit_code=code, oom_killed=oom_killed, ended_at=timezone.now(), ended_in_place=True
     )
     attempt_may_have_ended(task_run.attempt_id)
     deadline = time.monotonic() + SUCCESSOR_WAIT_S
@@ -313,9 +313,11 @@ def _escalate(attempt: Attempt, decision: Decision, failure_class: str, stable: 
     """
     if not decision.restart or decision.level == "job" or failure_class == c.HANG:
         return decision
-    alive = not attempt.task_runs.exclude(
-        state__in=[TaskRun.State.RUNNING, TaskRun.State.CREATED], ended_in_place=False
-    ).exists()
+    alive = not (
+        attempt.task_runs.exclude(state__in=[TaskRun.State.RUNNING, TaskRun.State.CREATED])
+        .filter(ended_in_place=False)
+        .exists()
+    )
     previous = "initial" if stable else attempt.level
     if previous == "process":
         level = "container"
