@@ -18,6 +18,7 @@ class Policy:
     max_restarts: int  # R; 0 = fault tolerance off
     unconditional: bool = False  # U
     hang_restart: bool = False  # H
+    pod_retry_num: int = 0  # P
 
 
 @dataclass(frozen=True)
@@ -26,12 +27,13 @@ class Counters:
     hang_restarts_used: int = 0
     consecutive_unconditional: int = 0
     consecutive_hang: int = 0
+    reschedules_used: int = 0
 
 
 @dataclass(frozen=True)
 class Decision:
     restart: bool
-    level: str  # "process", "container", "job" or "" when the job ends
+    level: str  # "process", "container", "job", "reschedule" or "" when the job ends
     reason: str
     counters: Counters
 
@@ -48,11 +50,14 @@ def level_for(failure_class: str) -> str:
     return "container"
 
 
-def decide(policy: Policy, counters: Counters, failure_class: str, *, stable: bool = False) -> Decision:
+def decide(
+    policy: Policy, counters: Counters, failure_class: str, *, stable: bool = False, multi_instance: bool = False
+) -> Decision:
     """Decide what happens after an attempt ended with failure_class.
 
     stable: the attempt ran healthy for the stable window, which resets the
-    "consecutive" counters before deciding.
+    "consecutive" counters before deciding. multi_instance: the job has more
+    than one instance, so a lost host can move just the instance it ran.
     """
     if stable:
         counters = replace(counters, consecutive_unconditional=0, consecutive_hang=0)
@@ -68,6 +73,9 @@ def decide(policy: Policy, counters: Counters, failure_class: str, *, stable: bo
             consecutive_hang=counters.consecutive_hang + 1,
         )
         return Decision(True, "process", "hang restart (does not consume max restarts)", after)
+    if failure_class == c.NODE_FAILURE and multi_instance and counters.reschedules_used < policy.pod_retry_num:
+        after = replace(counters, reschedules_used=counters.reschedules_used + 1)
+        return Decision(True, "reschedule", "instance rescheduled to another host (consumes P, not R)", after)
     if (
         policy.unconditional
         and counters.consecutive_unconditional < MAX_CONSECUTIVE_UNCONDITIONAL

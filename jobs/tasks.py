@@ -1,5 +1,7 @@
 """Celery tasks: thin, take ids, and are safe to run twice (see jobs.runtime)."""
 
+import os
+
 from celery import shared_task
 
 from jobs.runtime import lifecycle, supervise
@@ -36,9 +38,13 @@ def reconcile() -> list[str]:
     return reconcile_steps.reconcile()
 
 
+# Base of the notification retry backoff: retry n waits base * 2**(n-1) s (2, 4, 8, 16, 32 s by default).
+NOTIFY_BACKOFF_S = float(os.environ.get("CONSOLE_NOTIFY_BACKOFF_S", "2"))
+
+
 @shared_task(bind=True, max_retries=5)
 def deliver_notification(self, notification_id: int) -> bool:
-    """Send one notification; retried with backoff (2, 4, 8, 16, 32 s)."""
+    """Send one notification; retried with backoff (NOTIFY_BACKOFF_S doubled each time)."""
     from django.utils import timezone
 
     from jobs.models import Notification
@@ -60,7 +66,7 @@ def deliver_notification(self, notification_id: int) -> bool:
         )
         if give_up:
             return False
-        raise self.retry(countdown=2 ** (self.request.retries + 1)) from exc
+        raise self.retry(countdown=NOTIFY_BACKOFF_S * 2**self.request.retries) from exc
     Notification.objects.filter(id=notification.id, status=Notification.Status.PENDING).update(
         status=Notification.Status.SENT, tries=notification.tries + 1, sent_at=timezone.now(), last_error=""
     )

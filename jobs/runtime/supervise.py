@@ -219,7 +219,7 @@ def attempt_may_have_ended(attempt_id: int) -> bool:
         else:
             decision = _decide_after_failure(job, attempt, failed[0])
             Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.FAILED)
-    in_place = decision is not None and decision.restart and decision.level == "process"
+    in_place = decision is not None and decision.restart and decision.level in ("process", "reschedule")
     if failed and not in_place:
         # Collective training cannot go on with one rank gone, and launchers
         # waiting for a decision must end: stop every container of the attempt.
@@ -240,11 +240,17 @@ def _facts(run: TaskRun) -> c.EndFacts:
 
 def _decide_after_failure(job: TrainingJob, attempt: Attempt, failed_run: TaskRun) -> Decision:
     verdict = c.classify(_facts(failed_run)) or c.Classification(c.USER_ERROR, "unknown", "The instance failed.")
-    policy = Policy(job.max_restarts_effective, job.unconditional_restart, job.hang_restart)
-    counters = Counters(job.restarts_used, job.hang_restarts_used, job.consecutive_unconditional, job.consecutive_hang)
+    policy = Policy(job.max_restarts_effective, job.unconditional_restart, job.hang_restart, job.pod_retry_num)
+    counters = Counters(
+        job.restarts_used,
+        job.hang_restarts_used,
+        job.consecutive_unconditional,
+        job.consecutive_hang,
+        job.reschedules_used,
+    )
     ran_for = (attempt.ended_at or timezone.now()) - (attempt.started_at or attempt.created_at)
     stable = ran_for.total_seconds() >= settings.STABLE_WINDOW_S
-    decision = decide(policy, counters, verdict.failure_class, stable=stable)
+    decision = decide(policy, counters, verdict.failure_class, stable=stable, multi_instance=job.node_count > 1)
     decision = _escalate(attempt, decision, verdict.failure_class, stable)
     after = decision.counters
     TrainingJob.objects.filter(id=job.id).update(
@@ -252,6 +258,7 @@ def _decide_after_failure(job: TrainingJob, attempt: Attempt, failed_run: TaskRu
         hang_restarts_used=after.hang_restarts_used,
         consecutive_unconditional=after.consecutive_unconditional,
         consecutive_hang=after.consecutive_hang,
+        reschedules_used=after.reschedules_used,
     )
     if verdict.failure_class in (c.ENV_CHECK_FAILED, c.NODE_FAILURE) and policy.max_restarts > 0:
         if verdict.failure_class == c.ENV_CHECK_FAILED:
@@ -265,7 +272,7 @@ def _decide_after_failure(job: TrainingJob, attempt: Attempt, failed_run: TaskRu
         isolate_host(failed_run.host_id, f"{verdict.explanation} ({job.name}, attempt {attempt.number})", job)
     next_attempt = None
     if decision.restart:
-        next_attempt, waiting = _restart(job, attempt, decision)
+        next_attempt, waiting = _restart(job, attempt, decision, failed_run)
         reason = f"{verdict.failure_class}: {decision.summary}"
         if waiting:
             reason += f". {waiting}"
@@ -296,7 +303,7 @@ def _decide_after_failure(job: TrainingJob, attempt: Attempt, failed_run: TaskRu
             restarts_used_after=after.restarts_used,
             max_restarts=policy.max_restarts,
             hang_restarts_after=after.hang_restarts_used,
-            reschedules_after=job.reschedules_used,
+            reschedules_after=after.reschedules_used,
             next_attempt=next_attempt,
         )
     return decision
@@ -311,7 +318,7 @@ def _escalate(attempt: Attempt, decision: Decision, failure_class: str, stable: 
     container level did not help (env_check_failed and node_failure start
     there). An attempt that ran for the stable window starts over.
     """
-    if not decision.restart or decision.level == "job" or failure_class == c.HANG:
+    if not decision.restart or decision.level in ("job", "reschedule") or failure_class == c.HANG:
         return decision
     alive = not (
         attempt.task_runs.exclude(state__in=[TaskRun.State.RUNNING, TaskRun.State.CREATED])
@@ -332,12 +339,28 @@ def _escalate(attempt: Attempt, decision: Decision, failure_class: str, stable: 
     return Decision(decision.restart, level, decision.reason, decision.counters)
 
 
-def _restart(job: TrainingJob, attempt: Attempt, decision: Decision) -> tuple[Attempt | None, str]:
+def _restart(job: TrainingJob, attempt: Attempt, decision: Decision, failed_run: TaskRun) -> tuple[Attempt | None, str]:
     runs = list(attempt.task_runs.select_related("host").order_by("index"))
     if decision.level == "process":
         return new_attempt(job, [r.host for r in runs], "process", reuse={r.index: r for r in runs}), ""
     if decision.level == "container":
         return new_attempt(job, [r.host for r in runs], "container"), ""
+    if decision.level == "reschedule":
+        # Only the lost instance moves; the others restart in their containers.
+        replacement = pick_hosts(1, for_recovery=True, avoid={failed_run.host_id})
+        if replacement is not None:
+            hosts = [replacement[0] if r.index == failed_run.index else r.host for r in runs]
+            alive = {r.index: r for r in runs if r.index != failed_run.index and r.state != TaskRun.State.LOST}
+            moved = new_attempt(job, hosts, "reschedule", reuse=alive)
+            events.record(
+                job,
+                EventKind.RESCHEDULED,
+                f"worker-{failed_run.index} moved from {failed_run.host.name} to {replacement[0].name}.",
+                task=failed_run.task_name,
+                from_host=failed_run.host.name,
+                to_host=replacement[0].name,
+            )
+            return moved, ""
     hosts = pick_hosts(job.node_count, for_recovery=True)
     if hosts is None:
         return None, no_host_reason()  # schedule_job starts it once a host is healthy again
