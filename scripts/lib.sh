@@ -175,18 +175,88 @@ _build_python_rootfs() (
   mv "$tar.part" "$tar"
 )
 
+# py-spy, for the stacks of a hung Python job (jobs/runtime/hang.py): the static
+# binary from PyPI's wheel, cached beside the rootfs. Prints its path.
+PY_SPY_VERSION=0.4.3
+_py_spy_binary() {
+  local bin="$IMAGE_CACHE/py-spy-$PY_SPY_VERSION" tmp rc=0
+  if [[ ! -x $bin ]]; then
+    log "downloading py-spy $PY_SPY_VERSION (wheel from PyPI)"
+    mkdir -p "$IMAGE_CACHE"
+    tmp="$(mktemp -d /var/tmp/console-py-spy.XXXXXX)"
+    _quiet "$tmp/pip.log" "$REPO_ROOT/.venv/bin/pip" download --disable-pip-version-check --no-deps \
+      --only-binary=:all: --dest "$tmp" "py-spy==$PY_SPY_VERSION" &&
+      "$REPO_ROOT/.venv/bin/python" - "$tmp" "$bin.part" <<'PY' && mv "$bin.part" "$bin" || rc=$?
+import pathlib, sys, zipfile
+wheel = next(pathlib.Path(sys.argv[1]).glob("py_spy-*.whl"))
+with zipfile.ZipFile(wheel) as z:
+    name = next(n for n in z.namelist() if n.endswith(".data/scripts/py-spy"))
+    pathlib.Path(sys.argv[2]).write_bytes(z.read(name))
+pathlib.Path(sys.argv[2]).chmod(0o755)
+PY
+    rm -rf "$tmp" "$bin.part"
+    ((rc == 0)) || { log "could not get py-spy $PY_SPY_VERSION"; return "$rc"; }
+  fi
+  echo "$bin"
+}
+
+# What console/python:3.11 adds to the imported rootfs; a change of any of it
+# (examples/, py-spy, this recipe) changes the label and rebuilds the image.
+_PYTHON_IMAGE_RECIPE='FROM console/python-base:3.11
+COPY examples/ /opt/console/examples/
+COPY py-spy /usr/local/bin/py-spy
+ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+CMD ["python3"]'
+
+_examples_sha() {  # the image's content hash: examples/ (no bytecode), py-spy, the recipe
+  local pyspy=$1
+  {
+    (cd "$REPO_ROOT" && find examples -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 |
+      LC_ALL=C sort -z | xargs -0 -r sha256sum)
+    sha256sum <"$pyspy"
+    echo "$_PYTHON_IMAGE_RECIPE"
+  } | sha256sum | cut -c1-16
+}
+
+# console/python:3.11 = the imported rootfs (console/python-base:3.11, from the
+# cached tar) + examples/ at /opt/console/examples + py-spy on PATH, built
+# with COPY only (no network, no RUN): about a second.
+_build_python_image() (
+  local pyspy=$1 sha=$2 ctx old
+  old="$(docker image inspect -f '{{.Id}}' console/python:3.11 2>/dev/null || true)"
+  if ! docker image inspect console/python-base:3.11 >/dev/null 2>&1; then
+    # The cached rootfs survives a wiped /var/lib/docker; debootstrap is the slow part.
+    [[ -s $IMAGE_CACHE/python-3.11.tar ]] || _build_python_rootfs
+    log "importing console/python-base:3.11"
+    docker import -c 'CMD ["python3"]' -c 'LABEL console.image=1' \
+      "$IMAGE_CACHE/python-3.11.tar" console/python-base:3.11 >/dev/null
+  fi
+  ctx="$(mktemp -d /var/tmp/console-python-ctx.XXXXXX)"
+  trap 'rm -rf "$ctx"' EXIT
+  cp -r "$REPO_ROOT/examples" "$ctx/examples"
+  find "$ctx/examples" \( -name __pycache__ -o -name '*.pyc' \) -prune -exec rm -rf {} +
+  chmod -R a+rX "$ctx/examples"
+  cp "$pyspy" "$ctx/py-spy"
+  echo "$_PYTHON_IMAGE_RECIPE" >"$ctx/Dockerfile"
+  log "building console/python:3.11 (examples + py-spy $PY_SPY_VERSION, console.examples-sha=$sha)"
+  DOCKER_BUILDKIT=0 _quiet "$ctx/build.log" docker build -q --label "console.examples-sha=$sha" \
+    -t console/python:3.11 "$ctx" || exit
+  docker run --rm --network none --user 1000:1000 console/python:3.11 sh -c \
+    'python3 -c "import numpy, json" && py-spy --version && test -r /opt/console/examples/train_checkpoint.py' \
+    >/dev/null
+  # The replaced image (small layers over the base) is dropped unless a container still uses it.
+  [[ -z $old || $old == "$(docker image inspect -f '{{.Id}}' console/python:3.11)" ]] ||
+    docker image rm "$old" >/dev/null 2>&1 || true
+)
+
 ensure_images() {
   if ! docker image inspect console/busybox:latest >/dev/null 2>&1; then
     log "building console/busybox:latest"
     _build_busybox_image
   fi
-  if ! docker image inspect console/python:3.11 >/dev/null 2>&1; then
-    # The cached rootfs survives a wiped /var/lib/docker; debootstrap is the slow part.
-    [[ -s $IMAGE_CACHE/python-3.11.tar ]] || _build_python_rootfs
-    log "importing console/python:3.11"
-    docker import -c 'CMD ["python3"]' -c 'LABEL console.image=1' \
-      "$IMAGE_CACHE/python-3.11.tar" console/python:3.11 >/dev/null
-    docker run --rm --network none --user 1000:1000 console/python:3.11 \
-      python3 -c "import numpy, json; print('ok')" >/dev/null
-  fi
+  local pyspy sha have
+  pyspy="$(_py_spy_binary)" || return
+  sha="$(_examples_sha "$pyspy")"
+  have="$(docker image inspect -f '{{index .Config.Labels "console.examples-sha"}}' console/python:3.11 2>/dev/null || true)"
+  [[ $have == "$sha" ]] || _build_python_image "$pyspy" "$sha"
 }

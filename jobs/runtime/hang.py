@@ -117,9 +117,9 @@ STACKS_CMD = [
     "-c",
     # py-spy where the image has it: one dump per Python process (not the launcher).
     "command -v py-spy >/dev/null 2>&1 || { echo 'py-spy is not in this image'; exit 0; }; "
-    'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] && continue; '
-    "tr '\\0' ' ' < $d/cmdline 2>/dev/null | grep -q python || continue; "
-    "py-spy dump --pid $p 2>&1; done",
+    # Match the executable, not the command line: the user's `sh -c "python3 ..."` is not Python.
+    'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] || [ "$p" = $$ ] && continue; '
+    "case $(readlink $d/exe 2>/dev/null) in *python*) py-spy dump --pid $p 2>&1;; esac; done",
 ]
 
 

@@ -9,6 +9,7 @@ The attempt's end is then classified and decided exactly once.
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 import docker
@@ -34,11 +35,18 @@ from .lifecycle import (
     pick_hosts,
     stop_attempt_containers,
 )
-from .logs import Follower, ProcessExited, docker_time, recent_text
+from .logs import Follower, ProcessExited, docker_time, log_path, recent_text
 
 log = logging.getLogger(__name__)
 
 SUCCESSOR_WAIT_S = 10
+
+# Work lost (SPEC §4 evidence), where the job reports it: its progress and checkpoint lines
+# (the format of examples/train_checkpoint.py).
+PROGRESS_STEP_RE = re.compile(r"^\[progress\] step=(\d+)\b")
+CHECKPOINT_STEP_RE = re.compile(r"^\[checkpoint\] (?:saved step=|resumed from step=)(\d+)\b")
+NO_CHECKPOINT_LINE = "[checkpoint] no checkpoint, starting from step 0"
+WORK_LOST_SCAN_BYTES = 2 * 1024 * 1024  # how far back from the end of the failed run's log to look
 
 
 # -- following ---------------------------------------------------------------------
@@ -185,6 +193,32 @@ def hang_suspected(task_run_id: int, container, metrics: dict) -> None:
 
 
 # -- ending --------------------------------------------------------------------------
+def work_lost_steps(task_run: TaskRun) -> int | None:
+    """Steps trained since the last checkpoint, from the failed run's own log: its last
+    `[progress] step=N` minus its last `[checkpoint] saved step=C` (or the step it resumed
+    from, or 0 when it started without a checkpoint). None when the job reports no
+    steps or no checkpoint line is within the scanned tail."""
+    path = log_path(task_run)
+    if task_run.log_bytes == 0 or not path.exists():
+        return None
+    start = max(0, task_run.log_bytes - WORK_LOST_SCAN_BYTES)
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(task_run.log_bytes - start)
+    progress = checkpoint = None
+    for raw in reversed(data.splitlines()):
+        text = raw.decode("utf-8", errors="replace").partition(" ")[2]  # "<ts_ns> <text>"
+        if progress is None and (m := PROGRESS_STEP_RE.match(text)):
+            progress = int(m.group(1))
+        elif checkpoint is None and (m := CHECKPOINT_STEP_RE.match(text)):
+            checkpoint = int(m.group(1))
+        elif checkpoint is None and text.startswith(NO_CHECKPOINT_LINE):
+            checkpoint = 0
+        if progress is not None and checkpoint is not None:
+            return max(0, progress - checkpoint)
+    return None
+
+
 def _failed(task_run: TaskRun) -> bool:
     if task_run.state in (TaskRun.State.START_FAILED, TaskRun.State.LOST) or task_run.hung:
         return True
@@ -200,8 +234,10 @@ def attempt_may_have_ended(attempt_id: int) -> bool:
     terminating = TrainingJob.objects.filter(id=attempt.job_id, terminate_requested=True).exists()
     if not failed and not terminating and len(done) < len(runs):
         return False  # the others are still working
-    if terminating and len(done) < len(runs) and attempt.state == Attempt.State.RUNNING:
-        return False  # wait until every container of a stopped job is gone
+    if terminating and attempt.state == Attempt.State.RUNNING and any(r.state == TaskRun.State.RUNNING for r in runs):
+        # Wait until every container of a stopped job is gone; instances still
+        # "created" were never started (the stop came first) and have none.
+        return False
     # Exactly one caller decides for an attempt, however many workers race here.
     if not Attempt.objects.filter(id=attempt.id, state__in=[Attempt.State.STARTING, Attempt.State.RUNNING]).update(
         state=Attempt.State.ENDED, ended_at=timezone.now()
@@ -285,6 +321,10 @@ def _decide_after_failure(job: TrainingJob, attempt: Attempt, failed_run: TaskRu
         detail = failed_run.error or verdict.explanation
         finish(job, Phase.FAILED, f"{verdict.failure_class}{evidence}: {detail} Decision: {decision.summary}.")
     if policy.max_restarts > 0:
+        record_evidence = dict(failed_run.evidence)
+        lost = work_lost_steps(failed_run)
+        if lost is not None:
+            record_evidence["work_lost_steps"] = lost
         RecoveryRecord.objects.create(
             job=job,
             failed_attempt=attempt,
@@ -296,7 +336,7 @@ def _decide_after_failure(job: TrainingJob, attempt: Attempt, failed_run: TaskRu
             exit_code=failed_run.exit_code,
             oom_killed=failed_run.oom_killed,
             matched_lines=verdict.matched_lines,
-            evidence=failed_run.evidence,
+            evidence=record_evidence,
             restart=decision.restart,
             level=decision.level,
             decision=decision.summary,
