@@ -247,10 +247,10 @@ def start_attempt(attempt_id: int) -> bool:
         if Attempt.objects.filter(id=attempt.id, state=Attempt.State.ENDED).exists():
             # Stopped while we were starting: nobody else will remove what we
             # made, nor record that those instances ended.
-            remove_attempt_containers(attempt.id)
             TaskRun.objects.filter(attempt_id=attempt.id, state=TaskRun.State.RUNNING).update(
                 state=TaskRun.State.EXITED, ended_at=timezone.now(), error="Stopped while the attempt was starting."
             )
+            remove_attempt_containers(attempt.id)
         # Otherwise a concurrent start of the same attempt won: its containers are in use.
         return False
     for task_run_id in attempt.task_runs.filter(state=TaskRun.State.RUNNING, reuses_container=False).values_list(

@@ -24,7 +24,7 @@ from jobs import events
 from jobs.models import Attempt, EventKind, Phase, TaskRun, TrainingJob
 
 from . import docker_hosts
-from .hang import HangWatch, capture_stacks
+from .hang import HangWatch, capture_stacks, no_gpu, nvidia_smi_gpu
 from .lifecycle import (
     HOST_ERRORS,
     announce,
@@ -107,7 +107,10 @@ def follow_task_run(task_run_id: int) -> bool:
 
 def _hang_watch(task_run: TaskRun) -> HangWatch:
     job = task_run.attempt.job
-    return HangWatch(window_s=job.hang_window_s or settings.HANG_WINDOW_S)
+    gpus = job.flavor_id is not None and job.flavor.gpus > 0
+    return HangWatch(
+        window_s=job.hang_window_s or settings.HANG_WINDOW_S, gpu_sampler=nvidia_smi_gpu if gpus else no_gpu
+    )
 
 
 def _host_reachable(host) -> bool:

@@ -1,0 +1,80 @@
+"""HangWatch's judgement with fake samples: no Docker, no GPU.
+
+The GPU cases use a mock GPU sampler, because no GPU exists on this machine;
+the CPU and log cases are also proven against real containers in
+test_fault_tolerance.py.
+"""
+
+from jobs.runtime import hang
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def watch(monkeypatch, cpu_ns: list[int], gpu=hang.no_gpu, window=10.0):
+    samples = iter(cpu_ns)
+    monkeypatch.setattr(hang, "cpu_usage_ns", lambda container: next(samples))
+    clock = Clock()
+    return hang.HangWatch(window_s=window, gpu_sampler=gpu, clock=clock), clock
+
+
+def run(w, clock, seconds: float, lines: bool = False) -> bool:
+    suspected = False
+    for _ in range(int(seconds / 2)):
+        clock.now += 2
+        suspected |= w.tick(object(), lines)
+    return suspected
+
+
+def test_idle_cpu_and_no_logs_for_the_window_is_a_suspected_hang(monkeypatch):
+    w, clock = watch(monkeypatch, [0] * 20)
+    assert not run(w, clock, 8)
+    assert run(w, clock, 4)
+    assert w.metrics()["idle_for_s"] >= 10
+
+
+def test_log_output_keeps_a_job_alive(monkeypatch):
+    w, clock = watch(monkeypatch, [0] * 40)
+    assert not run(w, clock, 30, lines=True)
+
+
+def test_cpu_use_keeps_a_silent_job_alive(monkeypatch):
+    busy = [i * 2_000_000_000 for i in range(40)]  # one core busy
+    w, clock = watch(monkeypatch, busy)
+    assert not run(w, clock, 30)
+
+
+def test_busy_gpu_keeps_an_idle_cpu_job_alive_with_mock_gpu(monkeypatch):
+    w, clock = watch(monkeypatch, [0] * 40, gpu=lambda container: 87.0)
+    assert not run(w, clock, 30)
+
+
+def test_idle_gpu_and_idle_cpu_is_a_hang_with_mock_gpu(monkeypatch):
+    w, clock = watch(monkeypatch, [0] * 40, gpu=lambda container: 0.0)
+    assert run(w, clock, 12)
+    assert w.metrics()["gpu_util_percent"] == 0.0
+
+
+def test_a_hang_is_reported_once_until_activity_resumes(monkeypatch):
+    w, clock = watch(monkeypatch, [0] * 60)
+    assert run(w, clock, 12)
+    assert not run(w, clock, 20)
+    run(w, clock, 2, lines=True)
+    assert run(w, clock, 12)
+
+
+def test_nvidia_smi_sampler_parses_the_busiest_gpu_with_mock_gpu():
+    class Result:
+        exit_code = 0
+        output = b"3\n91\n0\n"
+
+    class FakeContainer:
+        def exec_run(self, cmd, user=None):
+            return Result()
+
+    assert hang.nvidia_smi_gpu(FakeContainer()) == 91.0
