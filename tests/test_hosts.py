@@ -151,3 +151,16 @@ def test_instance_rescheduling_moves_only_the_lost_instance(demo, worker, second
     assert second_attempt[kept_index].reuses_container
     assert second_attempt[kept_index].container_id == first[kept_index].container_id
     assert job.events.filter(kind=EventKind.RESCHEDULED).exists()
+
+
+def test_an_idle_host_that_stops_answering_is_isolated(demo, worker, second_host):
+    engine, second = second_host
+    engine.kill()
+    wait_for(lambda: DockerHost.objects.get(id=second.id).isolated, timeout=30, message="isolation by reconcile")
+    assert "lost connection" in DockerHost.objects.get(id=second.id).isolation_reason
+    assert not DockerHost.objects.get(id=demo.host.id).isolated
+    # New jobs go to the healthy host only.
+    job = make_job(demo, command="echo placed")
+    wait_for(lambda: ended(job), message="the job to end")
+    assert job.phase == Phase.COMPLETED
+    assert job.attempts.get().task_runs.get().host.name == "local"

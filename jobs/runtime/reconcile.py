@@ -11,10 +11,11 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from jobs.models import Attempt, Phase, TaskRun, TrainingJob
+from jobs.models import Attempt, DockerHost, Phase, TaskRun, TrainingJob
 
 STARTING_GRACE_S = 15
 TERMINATING_GRACE_S = 20
+HOST_PING_TIMEOUT_S = 3
 
 
 def _tasks():
@@ -79,7 +80,25 @@ def finish_terminations() -> bool:
     return bool(ids)
 
 
+def check_hosts() -> bool:
+    """Ping every enabled host; one that does not answer is isolated (a lost connection)."""
+    from . import docker_hosts
+    from .lifecycle import HOST_ERRORS, isolate_host
+
+    isolated_any = False
+    for host in DockerHost.objects.filter(enabled=True, isolated=False):
+        try:
+            docker_hosts.client_for(host, timeout=HOST_PING_TIMEOUT_S).ping()
+        except HOST_ERRORS as exc:
+            docker_hosts.forget_client(host)
+            isolated_any |= isolate_host(host.id, f"lost connection: {type(exc).__name__}")
+            continue
+        DockerHost.objects.filter(id=host.id).update(last_seen_at=timezone.now())
+    return isolated_any
+
+
 STEPS = (
+    check_hosts,
     schedule_pending_jobs,
     restart_stuck_starts,
     adopt_unfollowed_task_runs,
