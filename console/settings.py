@@ -95,7 +95,9 @@ if REDIS_URL:
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
-                "hosts": [REDIS_URL],
+                # redis-py's default 5 s socket timeout equals channels-redis's
+                # blocking receive: an idle websocket would die with 1011.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
                 "prefix": os.environ.get("CHANNELS_PREFIX", "console"),
                 # Log pushes come in bursts; a consumer that falls behind is
                 # back-filled from the persisted log, so drops are harmless.
@@ -177,6 +179,8 @@ LOGGING = {
 EMAIL_BACKEND = os.environ.get("CONSOLE_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = os.environ.get("CONSOLE_EMAIL_HOST", "127.0.0.1")
 EMAIL_PORT = int(os.environ.get("CONSOLE_EMAIL_PORT", "25"))
+# Where django.core.mail.backends.filebased.EmailBackend writes messages (one file each).
+EMAIL_FILE_PATH = os.environ.get("CONSOLE_EMAIL_FILE_PATH", str(VAR_DIR / "mail"))
 DEFAULT_FROM_EMAIL = os.environ.get("CONSOLE_FROM_EMAIL", "training-console@localhost")
 # Platform default for the hang-detection window (SPEC §6), and the stable
 # window after which "consecutive" restart counters reset (SPEC §4).

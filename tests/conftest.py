@@ -89,7 +89,8 @@ def docker_client():
 
 
 def _remove_test_containers(client) -> None:
-    for container in client.containers.list(all=True, filters={"label": f"{TEST_LABEL[0]}={TEST_LABEL[1]}"}):
+    # sparse: a full listing inspects each container and fails on one removed meanwhile.
+    for container in client.containers.list(all=True, sparse=True, filters={"label": "=".join(TEST_LABEL)}):
         try:
             container.remove(force=True)
         except docker.errors.APIError:
@@ -128,10 +129,17 @@ def celery_worker_process(django_db_setup, django_db_blocker):
 
 
 @pytest.fixture
-def worker(celery_worker_process, docker_client):
-    """The running Celery worker (restarted if a previous test killed it)."""
+def worker(transactional_db, celery_worker_process, docker_client):
+    """The running Celery worker (restarted if a previous test killed it).
+
+    At the end of the test every job is stopped and the worker left idle with
+    them before the database is flushed: a worker still deciding holds row
+    locks, and the flush would deadlock with it.
+    """
     celery_worker_process.ensure_running()
     yield celery_worker_process
+    celery_worker_process.ensure_running()  # a fault test may have failed with the worker killed
+    settle_jobs(docker_client=docker_client)
     _remove_test_containers(docker_client)
 
 
@@ -195,3 +203,48 @@ def wait_for(predicate, timeout: float = 30, interval: float = 0.1, message: str
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
         time.sleep(interval)
+
+
+def settle_jobs(timeout: float = 60, docker_client=None) -> None:
+    """Stop every unfinished job and wait until no worker is busy with any of them
+    and (given a Docker client) none of their containers is left."""
+    from jobs.models import FINAL_PHASES, Attempt, TaskRun, TrainingJob
+    from jobs.runtime import lifecycle
+
+    for job_id in TrainingJob.objects.exclude(phase__in=FINAL_PHASES).values_list("id", flat=True):
+        lifecycle.request_terminate(job_id)
+
+    def quiet() -> bool:
+        return (
+            not TrainingJob.objects.exclude(phase__in=FINAL_PHASES).exists()
+            and not Attempt.objects.filter(state__in=[Attempt.State.STARTING, Attempt.State.RUNNING]).exists()
+            and not TaskRun.objects.filter(follower_token__isnull=False).exists()
+        )
+
+    def no_containers() -> bool:
+        # sparse: a plain list inspects each container and fails on one removed meanwhile.
+        return not docker_client.containers.list(all=True, sparse=True, filters={"label": "=".join(TEST_LABEL)})
+
+    try:
+        wait_for(quiet, timeout=timeout, interval=0.2, message="every job final and no follower left")
+        if docker_client is not None:
+            wait_for(no_containers, timeout=timeout, interval=0.2, message="no container left")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}:\n{describe()}") from None
+
+
+def describe() -> str:
+    """Where each job of the test stands, for a failure message."""
+    from jobs.models import TaskRun, TrainingJob
+
+    out = []
+    for job in TrainingJob.objects.order_by("created_at"):
+        out.append(f"job {job.name} {job.id}: {job.phase} terminate={job.terminate_requested} {job.phase_reason!r}")
+        for attempt in job.attempts.order_by("number"):
+            out.append(f"  attempt {attempt.number} {attempt.state} {attempt.outcome!r} level={attempt.level}")
+            for run in TaskRun.objects.filter(attempt=attempt):
+                out.append(
+                    f"    run {run.index} {run.state} exit={run.exit_code} follower={run.follower_token} "
+                    f"lines={run.log_lines} {run.error!r}"
+                )
+    return "\n".join(out)

@@ -21,6 +21,11 @@ os.environ["CONSOLE_CONTAINER_LABELS"] = f"console.test={_session}"
 os.environ.setdefault("CONSOLE_RECONCILE_INTERVAL_S", "1")
 os.environ.setdefault("CONSOLE_FOLLOWER_STALE_AFTER_S", "4")
 os.environ.setdefault("CONSOLE_LOG_LEVEL", "WARNING")
+# Notifications: e-mail into files of this session (the worker inherits this
+# environment), and a short retry backoff (0.2, 0.4, ... 3.2 s instead of 2 ... 32 s).
+os.environ["CONSOLE_EMAIL_BACKEND"] = "django.core.mail.backends.filebased.EmailBackend"
+os.environ["CONSOLE_EMAIL_FILE_PATH"] = os.path.join(TMP, "mail")
+os.environ.setdefault("CONSOLE_NOTIFY_BACKOFF_S", "0.2")
 os.environ["DJANGO_SETTINGS_MODULE"] = "console.settings"
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API beside the ORM
 

@@ -3,6 +3,7 @@ its work moves (job level, or only the lost instance with rescheduling)."""
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import signal
@@ -52,14 +53,26 @@ class SecondEngine:
         self.proc.wait()
 
     def cleanup(self) -> None:
-        if self.proc.poll() is not None:
-            self.start()  # a restarted engine kills the containers it orphaned
-        client = docker.DockerClient(base_url=self.socket, timeout=30)
-        for container in client.containers.list(all=True):
-            container.remove(force=True)
-        self.proc.terminate()
-        self.proc.wait(30)
+        """Remove everything this engine ran, alive or killed, without restarting it
+        (a dockerd restarted after SIGKILL may wait forever on its old containerd)."""
+        if self.proc.poll() is None:
+            for container in docker.DockerClient(base_url=self.socket, timeout=30).containers.list(all=True):
+                container.remove(force=True)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # dockerd and its containerd
+        except ProcessLookupError:
+            pass
+        for procs in glob.glob("/sys/fs/cgroup/*/docker/*/cgroup.procs"):
+            container_id = procs.split("/")[-2]
+            if os.path.isdir(f"{self.dir}/data/containers/{container_id}"):  # orphans of this engine only
+                for pid in open(procs).read().split():
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+        subprocess.run(["pkill", "-9", "-f", self.dir], capture_output=True)  # containerd shims
         subprocess.run(["umount", "-R", f"{self.dir}/x"], capture_output=True)
+        subprocess.run(["umount", "-R", f"{self.dir}/data"], capture_output=True)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import io
 import os
-import tarfile
 import threading
 from pathlib import Path
 
@@ -93,6 +91,8 @@ def container_environment(job: TrainingJob, attempt: Attempt, task_run: TaskRun)
         "MA_JOB_DATA_DIR": JOB_DATA_MOUNT,
         "MA_CHECKPOINT_DIR": JOB_DATA_MOUNT,
         "MA_CONTROL_DIR": CONTROL_DIR,
+        # The launcher writes these into /etc/volcano/<job>.host for the dns check.
+        "MA_VOLCANO_HOSTS": " ".join(instance_hostname(job, i) for i in range(job.node_count)),
         # SPEC §4/§5: with R = 0 nothing is restarted and no environment check runs.
         "MA_PROCESS_RESTART": "1" if fault_tolerant else "0",
         "MA_ENV_CHECKS": "1" if fault_tolerant else "0",
@@ -107,21 +107,6 @@ def container_environment(job: TrainingJob, attempt: Attempt, task_run: TaskRun)
         "MA_CHECK_ULIMIT_NPROC": str(pool.check_ulimit_nproc),
     }
     return env
-
-
-def volcano_hosts_archive(job: TrainingJob) -> bytes:
-    """/etc/volcano/<job>.host: the instance host names the dns check resolves."""
-    names = "\n".join(instance_hostname(job, i) for i in range(job.node_count)) + "\n"
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        info = tarfile.TarInfo("volcano")
-        info.type, info.mode = tarfile.DIRTYPE, 0o755
-        tar.addfile(info)
-        data = names.encode()
-        info = tarfile.TarInfo(f"volcano/{job.name}.host")
-        info.size, info.mode = len(data), 0o644
-        tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
 
 
 def container_create_kwargs(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hosts: list[DockerHost]) -> dict:
@@ -155,6 +140,8 @@ def container_create_kwargs(job: TrainingJob, attempt: Attempt, task_run: TaskRu
             # A per-instance scratch volume, created on the instance's host.
             f"console-cache-{job.id.hex[:12]}-{task_run.index}": {"bind": CACHE_MOUNT, "mode": "rw"},
         },
+        # Writable by ma-user, so the launcher can write the host file (no put_archive round trip).
+        "tmpfs": {"/etc/volcano": "uid=1000,gid=1000,mode=755,size=64k"},
         "security_opt": ["no-new-privileges"],
         "detach": True,
     }

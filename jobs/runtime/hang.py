@@ -9,6 +9,7 @@ threshold, no log line arrived and no GPU was busy.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,9 +55,17 @@ def cpu_usage_ns(container) -> int | None:
 
 @dataclass
 class HangWatch:
+    """The judgement: idle when no log line, CPU use or GPU use was seen for the window.
+
+    tick() is called by the follower on every loop turn and does no I/O when
+    a Sampler thread feeds it (sample_inline=False): a `docker exec` in the
+    log loop would delay every log line behind it.
+    """
+
     window_s: float
     gpu_sampler: GpuSampler = no_gpu
     clock: Callable[[], float] = time.monotonic
+    sample_inline: bool = True
     last_activity: float = field(default=0.0)
     last_sample_at: float = field(default=0.0)
     last_cpu_ns: int | None = None
@@ -78,8 +87,8 @@ class HangWatch:
         now = self.clock()
         if got_lines:
             self._active(now)
-        if now - self.last_sample_at >= SAMPLE_EVERY_S:
-            self._sample(container, now)
+        if self.sample_inline and now - self.last_sample_at >= SAMPLE_EVERY_S:
+            self.sample(container)
         if self.suspected or now - self.last_activity < self.window_s:
             return False
         self.suspected = True
@@ -89,8 +98,14 @@ class HangWatch:
         self.last_activity = now
         self.suspected = False
 
-    def _sample(self, container, now: float) -> None:
-        usage = cpu_usage_ns(container)
+    def sample(self, container) -> None:
+        """One CPU (and GPU) sample; errors mean "no sample" (the follower sees the container end)."""
+        now = self.clock()
+        try:
+            usage = cpu_usage_ns(container)
+            gpu = self.gpu_sampler(container)
+        except Exception:
+            usage = gpu = None
         elapsed = now - self.last_sample_at
         self.last_sample_at = now
         if usage is not None and self.last_cpu_ns is not None and elapsed > 0:
@@ -98,9 +113,13 @@ class HangWatch:
             if self.idle_cpu_fraction >= IDLE_CPU_FRACTION:
                 self._active(now)
         self.last_cpu_ns = usage
-        self.gpu_util = self.gpu_sampler(container)
-        if self.gpu_util:
+        self.gpu_util = gpu
+        if gpu:
             self._active(now)
+
+    def needs_sample(self) -> bool:
+        # A job that logs is alive: no exec while lines flow.
+        return self.clock() - self.last_activity >= SAMPLE_EVERY_S
 
     def metrics(self) -> dict:
         return {
@@ -110,6 +129,25 @@ class HangWatch:
             "gpu_util_percent": self.gpu_util,
             "log_lines_in_window": 0,
         }
+
+
+class Sampler(threading.Thread):
+    """Feeds a HangWatch with CPU/GPU samples beside the log loop."""
+
+    def __init__(self, watch: HangWatch, container):
+        super().__init__(daemon=True, name="hang-sampler")
+        self.watch, self.container = watch, container
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(SAMPLE_EVERY_S):
+            if self.watch.needs_sample():
+                self.watch.sample(self.container)
+            else:
+                self.watch.last_cpu_ns = None  # the next sample starts a fresh interval
+
+    def stop(self) -> None:
+        self.stopped.set()
 
 
 STACKS_CMD = [

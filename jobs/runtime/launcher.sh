@@ -65,6 +65,11 @@ check_gpu() {
   fi
 }
 
+# The instance host names of the job, for the dns check (and for the user).
+if [ -n "${MA_VOLCANO_HOSTS:-}" ] && [ -d /etc/volcano ] && [ -w /etc/volcano ]; then
+  for n in $MA_VOLCANO_HOSTS; do echo "$n"; done >"/etc/volcano/${MA_JOB_NAME:-job}.host"
+fi
+
 if [ "${MA_ENV_CHECKS:-0}" = 1 ]; then
   check_dns
   check_disk root / "${MA_CHECK_ROOT_GB:-32}" free

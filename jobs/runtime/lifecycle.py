@@ -99,8 +99,18 @@ def new_attempt(job: TrainingJob, hosts: list[DockerHost], level: str, reuse: di
             name = f"tj-{job.id.hex}-a{number}-w{index}"
             runs.append(TaskRun(attempt=attempt, index=index, host=host, container_name=name))
     TaskRun.objects.bulk_create(runs)
-    dispatch("start_attempt", attempt.id)
+    transaction.on_commit(lambda: _start_now(attempt.id))
     return attempt
+
+
+def _start_now(attempt_id: int) -> None:
+    """Start the attempt in this thread right after commit: a restart is not
+    queued behind a Celery round trip. Should this thread die, reconcile's
+    restart_stuck_starts finds the attempt still starting and queues it."""
+    try:
+        start_attempt(attempt_id)
+    except Exception:
+        log.exception("starting attempt %s failed; reconcile will retry", attempt_id)
 
 
 def active_attempt(job: TrainingJob) -> Attempt | None:
@@ -144,7 +154,6 @@ def _create_and_start(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hos
         container = client.containers.get(task_run.container_name)
     except docker.errors.NotFound:
         container = client.containers.create(**docker_hosts.container_create_kwargs(job, attempt, task_run, hosts))
-        container.put_archive("/etc", docker_hosts.volcano_hosts_archive(job))
     if container.status == "created":
         container.start()
         container.reload()

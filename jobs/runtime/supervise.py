@@ -24,7 +24,7 @@ from jobs import events
 from jobs.models import Attempt, EventKind, Phase, TaskRun, TrainingJob
 
 from . import docker_hosts
-from .hang import HangWatch, capture_stacks, no_gpu, nvidia_smi_gpu
+from .hang import HangWatch, Sampler, capture_stacks, no_gpu, nvidia_smi_gpu
 from .lifecycle import (
     HOST_ERRORS,
     announce,
@@ -57,10 +57,11 @@ def follow_task_run(task_run_id: int) -> bool:
     if task_run is None:
         return False
     watch = _hang_watch(task_run)
+    sampler: Sampler | None = None
     container = None
 
     def on_tick(current: TaskRun, got_lines: bool) -> None:
-        if container is not None and watch.tick(container, got_lines):
+        if watch.tick(None, got_lines):
             hang_suspected(current.id, container, watch.metrics())
 
     try:
@@ -68,6 +69,9 @@ def follow_task_run(task_run_id: int) -> bool:
             client = docker_hosts.client_for(task_run.host, timeout=None)
             try:
                 container = client.containers.get(task_run.container_id or task_run.container_name)
+                if sampler is None:
+                    sampler = Sampler(watch, container)
+                    sampler.start()
                 follower.follow(task_run, container, on_tick)
                 if follower.lost_ownership:
                     return False
@@ -76,7 +80,7 @@ def follow_task_run(task_run_id: int) -> bool:
                 successor = process_exited(task_run, exit_.code, exit_.oom_killed)
                 if successor is not None:
                     task_run = follower.handover(successor.id)
-                    watch = _hang_watch(task_run)
+                    watch.reset()
                 continue  # keep reading: the next run's lines, or the container's end
             except docker.errors.NotFound:
                 _mark_lost(task_run, "The container vanished (removed outside the console).")
@@ -93,15 +97,19 @@ def follow_task_run(task_run_id: int) -> bool:
                 task_run.refresh_from_db()
                 continue  # the stream ended early; the container is still alive
             _mark_exited(task_run, container)
-            try:
-                container.remove(force=True)
-            except HOST_ERRORS:
-                log.warning("could not remove %s", task_run.container_name)
             break
     finally:
+        if sampler is not None:
+            sampler.stop()
         follower.close_stream()
         follower.release()
+    # Decide (and start the next attempt) first; clearing up can wait.
     attempt_may_have_ended(task_run.attempt_id)
+    if container is not None:
+        try:
+            container.remove(force=True)
+        except HOST_ERRORS:
+            log.warning("could not remove %s", task_run.container_name)
     return True
 
 

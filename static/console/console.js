@@ -14,3 +14,35 @@
     if (pane.dataset.follow !== "0") pane.scrollTop = pane.scrollHeight;
   });
 })();
+
+// A 400 answer to an htmx form is the form again with the errors next to its
+// fields: swap it in like a 200. htmx does not swap 4xx answers by default, and
+// django-htmx's DEBUG helper (listening on document) would replace the whole
+// page with the bare fragment, so stop the event at <body> first.
+(function () {
+  function isFormErrors(detail) {
+    const elt = (detail.requestConfig && detail.requestConfig.elt) || detail.elt;
+    return detail.xhr && detail.xhr.status === 400 && elt && elt.tagName === "FORM";
+  }
+  document.body.addEventListener("htmx:beforeOnLoad", function (event) {
+    if (isFormErrors(event.detail)) event.stopPropagation();
+  });
+  document.body.addEventListener("htmx:beforeSwap", function (event) {
+    if (isFormErrors(event.detail)) {
+      event.detail.shouldSwap = true;
+      event.detail.isError = false;
+    }
+  });
+})();
+
+// Tabs load their body with htmx: mark the one that was opened.
+document.addEventListener("htmx:afterSwap", function (event) {
+  const link = event.detail.requestConfig && event.detail.requestConfig.elt;
+  const tabs = link && link.closest && link.closest(".tabs");
+  if (!tabs) return;
+  tabs.querySelectorAll("a").forEach(function (a) {
+    a.classList.toggle("active", a === link);
+    if (a === link) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  });
+});

@@ -1,0 +1,662 @@
+#!/usr/bin/env python3
+"""Restart latency: how long a job is down when the console restarts it, against
+Docker itself, measured in the same run on the same engine.
+
+(a) bare start: `start` of a stopped busybox container (the API call; the CLI for reference),
+    sampled up front and again between the console's restarts (same load); the baseline is all of them.
+(b) Docker's restart policy on-failure (MaximumRetryCount 6) for a container that exits 1 at
+    once: from each death (`die` event) to the next `start` event, retries 1..6.
+(c) the console's container restart: a job with fault tolerance (R = 6) whose container is
+    SIGKILLed from outside; from the `die` event to the next attempt's container `start`
+    event. Retry n is the n-th kill of a job (SPEC §4 escalation alternates container and job
+    level when kills follow each other; on one host both recreate the container there).
+(d) the console's process-level restart: a job whose process prints "NCCL timeout" and exits 1
+    (transient: restarted in the same container); from the process's last line to the first
+    line of the restarted process (Docker's log timestamps).
+
+Runs the production stack (PostgreSQL + Redis + a separate Celery worker and daphne; see
+bench/_stack.py). All times come from one clock: Docker's event and log timestamps and the
+worker's database timestamps (same kernel).
+
+Targets: container level within 1.5x of the bare start; process level faster than the bare
+start; every console retry faster than Docker's policy at the same retry. Exit status 0 when met.
+
+    .venv/bin/python bench/restart_latency.py [--bare 20] [--policy-runs 3] [--jobs 3] [--process-jobs 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._stack import BENCH_LABEL, BUSYBOX, Stack  # noqa: E402
+
+LABELS = {BENCH_LABEL[0]: BENCH_LABEL[1]}
+RETRIES = 6
+CONTAINER_TARGET_RATIO = 1.5
+
+
+def ms(ns: int | float) -> float:
+    return ns / 1e6
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def dt_ns(value) -> int:
+    """An aware datetime from the database as ns since the epoch."""
+    return int(value.timestamp() * 1e9) if value is not None else 0
+
+
+# -- Docker's event stream ------------------------------------------------------------------------
+class Events(threading.Thread):
+    """Every container event of containers labelled console.bench=1, as it happens."""
+
+    def __init__(self):
+        super().__init__(daemon=True, name="docker-events")
+        import docker
+
+        self.client = docker.from_env(timeout=None)
+        self.stream = self.client.events(decode=True, filters={"type": "container", "label": "=".join(BENCH_LABEL)})
+        self.items: list[dict] = []
+        self.cond = threading.Condition()
+
+    def run(self) -> None:
+        try:
+            for event in self.stream:
+                with self.cond:
+                    self.items.append(event)
+                    self.cond.notify_all()
+        except Exception:  # closed at the end
+            pass
+
+    def select(self, action: str, **labels) -> list[dict]:
+        """Events whose Action starts with `action` and whose actor has these attributes."""
+        with self.cond:
+            items = list(self.items)
+        out = []
+        for event in items:
+            attrs = event.get("Actor", {}).get("Attributes", {})
+            if event.get("Action", "").startswith(action) and all(attrs.get(k) == v for k, v in labels.items()):
+                out.append(event)
+        return out
+
+    def select_id(self, action: str, container_id: str) -> list[dict]:
+        with self.cond:
+            items = list(self.items)
+        return [e for e in items if e.get("id") == container_id and e.get("Action", "").startswith(action)]
+
+    def wait(self, predicate, timeout: float, what: str):
+        deadline = time.monotonic() + timeout
+        with self.cond:  # an RLock: predicate() may select() inside
+            while True:
+                value = predicate()
+                if value:
+                    return value
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
+                self.cond.wait(min(remaining, 0.2))
+
+    def close(self) -> None:
+        self.stream.close()
+        self.client.close()
+
+
+def poll(predicate, timeout: float, what: str, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def log_lines(container) -> list[tuple[int, str]]:
+    from jobs.runtime.logs import parse_docker_timestamp
+
+    out = []
+    for raw in container.logs(timestamps=True).decode(errors="replace").splitlines():
+        ts, _, text = raw.partition(" ")
+        out.append((parse_docker_timestamp(ts), text))
+    return out
+
+
+def lines_once(container, predicate, what: str, timeout: float = 30) -> list[tuple[int, str]]:
+    """The container's log (Docker's timestamps) once a line matching predicate is in it."""
+
+    def ready():
+        lines = log_lines(container)
+        return lines if any(predicate(text) for _, text in lines) else None
+
+    return poll(ready, timeout, what)
+
+
+def first_line(lines: list[tuple[int, str]], predicate) -> int | None:
+    return next((ts for ts, text in lines if predicate(text)), None)
+
+
+# -- (a) bare start ----------------------------------------------------------------------------------
+class BareStart:
+    """A stopped busybox container, started again and again: `start` of the API, timed by the caller.
+    Sampled up front and again between the console's restarts, so that both see the same load."""
+
+    def __init__(self, client):
+        self.container = client.containers.create(
+            BUSYBOX, ["sh", "-c", "exit 0"], labels=LABELS, network_mode="none", name=f"bench-bare-{os.getpid()}"
+        )
+        self.samples: dict[str, list[float]] = {}
+        for _ in range(2):  # warm-up
+            self.container.start()
+            self.container.wait()
+
+    def sample(self, key: str = "api") -> float:
+        t0 = time.perf_counter_ns()
+        self.container.start()
+        value = ms(time.perf_counter_ns() - t0)
+        self.container.wait()
+        self.samples.setdefault(key, []).append(value)
+        return value
+
+    def sample_cli(self) -> float:
+        t0 = time.perf_counter_ns()
+        subprocess.run(["docker", "start", self.container.id], check=True, stdout=subprocess.DEVNULL)
+        value = ms(time.perf_counter_ns() - t0)
+        self.container.wait()
+        self.samples.setdefault("cli", []).append(value)
+        return value
+
+    def remove(self) -> None:
+        self.container.remove(force=True)
+
+
+# -- (b) Docker's restart policy -------------------------------------------------------------------
+def policy_done(events: Events, container_id: str) -> bool:
+    if events.select_id("destroy", container_id):
+        raise RuntimeError(
+            f"container {container_id[:12]} was removed from outside: another run's cleanup of the "
+            f"{'='.join(BENCH_LABEL)} containers? Run the benchmarks one at a time."
+        )
+    return len(events.select_id("die", container_id)) >= RETRIES + 1
+
+
+def docker_policy(client, events: Events, runs: int) -> dict[int, list[float]]:
+    """retry n -> die(n-1) -> start(n) in ms, one value per run; also start -> start under key -n."""
+    gaps: dict[int, list[float]] = {n: [] for n in range(1, RETRIES + 1)}
+    starts_gaps: dict[int, list[float]] = {n: [] for n in range(1, RETRIES + 1)}
+    for run in range(runs):
+        container = client.containers.run(
+            BUSYBOX,
+            ["sh", "-c", "exit 1"],
+            detach=True,
+            labels=LABELS,
+            network_mode="none",
+            name=f"bench-policy-{os.getpid()}-{run}",
+            restart_policy={"Name": "on-failure", "MaximumRetryCount": RETRIES},
+        )
+        try:
+            container_id = container.id
+            events.wait(
+                partial(policy_done, events, container_id),
+                timeout=60,
+                what="Docker's restart policy to give up",
+            )
+            starts = [e["timeNano"] for e in events.select_id("start", container.id)]
+            dies = [e["timeNano"] for e in events.select_id("die", container.id)]
+            container.reload()
+            assert container.attrs["RestartCount"] == RETRIES, container.attrs["RestartCount"]
+            for n in range(1, RETRIES + 1):
+                gaps[n].append(ms(starts[n] - dies[n - 1]))
+                starts_gaps[n].append(ms(starts[n] - starts[n - 1]))
+        finally:
+            container.remove(force=True)
+    return {"die_to_start": gaps, "start_to_start": starts_gaps}
+
+
+# -- (c) and (d): the console --------------------------------------------------------------------------
+def create_job(stack: Stack, name: str, command: str, retries: int) -> str:
+    body = {
+        "kind": "job",
+        "metadata": {"name": name, "annotations": {"fault-tolerance/job-retry-num": str(retries)}},
+        "algorithm": {"command": command, "engine": {"image_url": BUSYBOX}},
+        "spec": {"resource": {"node_count": 1}},
+    }
+    response = stack.api("POST", "/training-jobs", json=body)
+    if response.status_code != 201:
+        raise RuntimeError(f"create failed: {response.status_code} {response.text}")
+    return response.json()["metadata"]["id"]
+
+
+def terminate(stack: Stack, job_id: str) -> None:
+    stack.api("POST", f"/training-jobs/{job_id}/actions", json={"action_type": "terminate"})
+    stack.wait_phase(job_id, {"Terminated", "Failed", "Completed"}, timeout=60)
+
+
+def running_container(client, job_id: str, attempt: int):
+    found = client.containers.list(filters={"label": [f"console.job={job_id}", f"console.attempt={attempt}"]})
+    return found[0] if found else None
+
+
+def wait_attempt_running(client, job_id: str, n: int) -> tuple[object, int]:
+    """Attempt n's container, once its user process has printed its first line and a follower
+    reads it; returns the container and the time of that line."""
+    from jobs.models import TaskRun
+
+    container = poll(lambda: running_container(client, job_id, n), 30, f"attempt {n}'s container")
+    marker = f"attempt {n} user process"
+    lines = lines_once(container, lambda t: t == marker, f"attempt {n}'s user process")
+    poll(
+        lambda: TaskRun.objects.filter(
+            attempt__job_id=job_id, attempt__number=n, state="running", follower_token__isnull=False
+        ).exists(),
+        30,
+        f"attempt {n}'s follower",
+    )
+    return container, first_line(lines, lambda t: t == marker)
+
+
+def kill_job_repeatedly(stack: Stack, client, events: Events, bare: BareStart, j: int) -> list[dict]:
+    """One job with R = RETRIES; its container is SIGKILLed RETRIES times; one sample per kill."""
+    from faulttolerance.models import RecoveryRecord
+    from jobs.models import Attempt
+
+    job_id = create_job(stack, f"bench-kill-{j}", 'echo "attempt $MA_ATTEMPT user process"; exec sleep 100000', RETRIES)
+    user_running: dict[int, int] = {}
+
+    def event_at(action: str, attempt: int) -> int:
+        found = events.select(action, **{"console.job": job_id, "console.attempt": str(attempt)})
+        return found[0]["timeNano"] if found else 0
+
+    for n in range(1, RETRIES + 2):
+        container, user_running[n] = wait_attempt_running(client, job_id, n)
+        bare.sample("interleaved")  # under the same load as the restart just measured
+        if n == RETRIES + 1:
+            break
+        time.sleep(0.3)  # a healthy moment: the follower is reading, the hang watch has ticked
+        container.kill()  # SIGKILL from outside: the console did not send it
+        events.wait(partial(event_at, "start", n + 1), timeout=30, what=f"attempt {n + 1} to start")
+    terminate(stack, job_id)
+    attempts = {a.number: a for a in Attempt.objects.filter(job_id=job_id)}
+    samples = []
+    for n in range(1, RETRIES + 1):
+        record = RecoveryRecord.objects.get(failed_attempt=attempts[n])
+        samples.append(
+            {
+                "job": j,
+                "retry": n,
+                "level": attempts[n + 1].level,
+                "class": record.failure_class,
+                "die": event_at("die", n),
+                "destroy": event_at("destroy", n),
+                "attempt_ended": dt_ns(attempts[n].ended_at),
+                "next_created": dt_ns(attempts[n + 1].created_at),
+                "create": event_at("create", n + 1),
+                "archive": event_at("extract-to-dir", n + 1),
+                "start": event_at("start", n + 1),
+                "user": user_running[n + 1],
+                "db_detected": dt_ns(record.detected_at),
+                "db_running_again": dt_ns(record.running_again_at),
+            }
+        )
+    return samples
+
+
+def console_container_restarts(stack: Stack, client, events: Events, bare: BareStart, jobs: int) -> list[dict]:
+    return [sample for j in range(jobs) for sample in kill_job_repeatedly(stack, client, events, bare, j)]
+
+
+# The first process runs for a second (its follower is attached and reading, as for any
+# process that fails while training), then fails with a transient signature.
+PROCESS_COMMAND = (
+    'echo "run $MA_PROCESS_RUN attempt $MA_ATTEMPT user process"; '
+    'if [ "$MA_ATTEMPT" = 1 ]; then sleep 1; echo "NCCL timeout"; exit 1; fi; exec sleep 100000'
+)
+
+
+def process_restart(stack: Stack, client, events: Events, bare: BareStart, j: int) -> dict:
+    """One job whose first process fails with an NCCL timeout and is restarted in place."""
+    from jobs.models import Attempt, TaskRun
+
+    job_id = create_job(stack, f"bench-nccl-{j}", PROCESS_COMMAND, 3)
+    container = poll(lambda: running_container(client, job_id, 1), 30, "the job's container")
+    lines = lines_once(container, lambda t: t.startswith("run 2 attempt 2"), "the restarted process")
+    bare.sample("interleaved")
+    terminate(stack, job_id)
+    attempts = {a.number: a for a in Attempt.objects.filter(job_id=job_id)}
+    first_run = TaskRun.objects.get(attempt=attempts[1])
+    exec_starts = [
+        e["timeNano"] for e in events.select_id("exec_start", container.id) if "echo restart" in e.get("Action", "")
+    ]
+    return {
+        "job": j,
+        "level": attempts[2].level,
+        "same_container": TaskRun.objects.get(attempt=attempts[2]).container_id == first_run.container_id,
+        "exit": first_line(lines, lambda t: t == "NCCL timeout"),
+        "marker": first_line(lines, lambda t: t.startswith("[console] process exited")),
+        "detected": dt_ns(first_run.ended_at),
+        "next_created": dt_ns(attempts[2].created_at),
+        "exec_start": exec_starts[0] if exec_starts else 0,
+        "next_started": dt_ns(attempts[2].started_at),
+        "launcher": first_line(lines, lambda t: t.startswith("[console] process restarted")),
+        "user": first_line(lines, lambda t: t.startswith("run 2 attempt 2")),
+    }
+
+
+def console_process_restarts(stack: Stack, client, events: Events, bare: BareStart, jobs: int) -> list[dict]:
+    return [process_restart(stack, client, events, bare, j) for j in range(jobs)]
+
+
+# -- (e) where a container start's time goes ------------------------------------------------------------
+def spec_steps(client, runs: int) -> dict[str, list[float]]:
+    """The console's own container spec (jobs.runtime.docker_hosts) and a bare busybox, step by
+    step: create, put_archive, first start of a new container, start of the stopped container."""
+    import uuid
+
+    from jobs.models import Attempt, DockerHost, TaskRun, TrainingJob
+    from jobs.runtime import docker_hosts
+
+    host = DockerHost.objects.get(name="local")
+    out: dict[str, list[float]] = {}
+
+    def timed(key: str, call, *args, **kwargs):
+        t0 = time.perf_counter_ns()
+        result = call(*args, **kwargs)
+        out.setdefault(key, []).append(ms(time.perf_counter_ns() - t0))
+        return result
+
+    for i in range(runs + 1):  # the first round is a warm-up
+        job = TrainingJob(
+            id=uuid.uuid4(), name=f"bench-spec-{i}", image=BUSYBOX, command="exit 0", fault_tolerance=True
+        )
+        attempt = Attempt(job=job, number=1)
+        task_run = TaskRun(attempt=attempt, index=0, host=host, container_name=f"bench-spec-{os.getpid()}-{i}")
+        kwargs = docker_hosts.container_create_kwargs(job, attempt, task_run, [host])
+        kwargs["environment"]["MA_ENV_CHECKS"] = "0"
+        archive = docker_hosts.volcano_hosts_archive(job)
+        containers = []
+        try:
+            spec = timed("console spec: create", client.containers.create, **kwargs)
+            containers.append(spec)
+            timed("console spec: put_archive /etc/volcano", spec.put_archive, "/etc", archive)
+            timed("console spec: first start", spec.start)
+            spec.wait()
+            timed("console spec: start of the stopped container", spec.start)
+            spec.wait()
+            plain = timed(
+                "busybox: create",
+                client.containers.create,
+                BUSYBOX,
+                ["sh", "-c", "exit 0"],
+                labels=LABELS,
+                network_mode="none",
+                name=f"bench-plain-{os.getpid()}-{i}",
+            )
+            containers.append(plain)
+            timed("busybox: first start", plain.start)
+            plain.wait()
+            timed("busybox: start of the stopped container", plain.start)
+            plain.wait()
+        finally:
+            for container in containers:
+                container.remove(force=True)
+    return {key: values[1:] for key, values in out.items()}
+
+
+# -- tracing the worker's Docker calls (an instrumented copy: no app code changes) ---------------------
+# Written into the stack's temporary folder as sitecustomize.py and put on the worker's PYTHONPATH:
+# every HTTP request a Docker client makes in that process is logged with its start and end time.
+TRACE_SITECUSTOMIZE = """
+import os, threading, time
+_path = os.environ.get("BENCH_DOCKER_TRACE")
+if _path:
+    try:
+        import docker.api.client as _dc
+    except Exception:
+        _dc = None
+    if _dc is not None:
+        _send = _dc.APIClient.send
+        _lock = threading.Lock()
+
+        def send(self, request, **kwargs):
+            t0 = time.time_ns()
+            try:
+                return _send(self, request, **kwargs)
+            finally:
+                t1 = time.time_ns()
+                thread = threading.current_thread().name
+                line = f"{t0} {t1} {os.getpid()} {thread} {request.method} {request.path_url}\\n"
+                with _lock, open(_path, "a") as f:
+                    f.write(line)
+
+        _dc.APIClient.send = send
+"""
+
+
+def enable_docker_trace(stack: Stack) -> Path:
+    folder = Path(stack.tmp, "trace")
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(TRACE_SITECUSTOMIZE)
+    trace = Path(stack.tmp, "docker-trace.log")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
+    os.environ["BENCH_DOCKER_TRACE"] = str(trace)
+    return trace
+
+
+def read_trace(path: Path) -> list[tuple[int, int, str, str, str]]:
+    """(start ns, end ns, thread, method, endpoint with ids replaced)."""
+    import re
+
+    out = []
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        parts = line.split(" ", 5)
+        if len(parts) != 6:
+            continue
+        t0, t1, _pid, thread, method, url = parts
+        endpoint = re.sub(r"/containers/[^/?]+", "/containers/{id}", url.split("?")[0])
+        endpoint = re.sub(r"/exec/[^/?]+", "/exec/{id}", re.sub(r"^/v[0-9.]+", "", endpoint))
+        out.append((int(t0), int(t1), thread, method, endpoint))
+    return out
+
+
+def trace_breakdown(trace: list, windows: list[tuple[int, int]], title: str) -> None:
+    """The worker's Docker calls that began inside each (from, to) window, by endpoint."""
+    by_endpoint: dict[str, list[float]] = {}
+    for start, end in windows:
+        for t0, t1, _thread, method, endpoint in trace:
+            if start <= t0 <= end and "/events" not in endpoint and "/logs" not in endpoint:
+                by_endpoint.setdefault(f"{method} {endpoint}", []).append(ms(t1 - t0))
+    print(f"\n{title}: the worker's Docker API calls (median ms per call; calls per restart)")
+    for key, values in sorted(by_endpoint.items(), key=lambda kv: -median(kv[1]) * len(kv[1])):
+        print(f"  {key:<62} {median(values):8.1f}   ({len(values) / max(1, len(windows)):.1f} per restart)")
+
+
+# -- report ----------------------------------------------------------------------------------------
+def row(name: str, values: list[float], bare: float, docker: float | None, target: str = "") -> None:
+    m = median(values)
+    vs_docker = f"{m / docker:6.2f}x" if docker else "      "
+    spread = f"{min(values):7.0f}-{max(values):<7.0f}" if values else ""
+    print(f"  {name:<44} {len(values):>3} {m:9.0f} {spread:>16} {m / bare:7.2f}x  {vs_docker}  {target}")
+
+
+def breakdown(title: str, samples: list[dict], steps: list[tuple[str, str, str]]) -> None:
+    print(f"\n{title} (median ms of each step):")
+    for label, start, end in steps:
+        values = [ms(s[end] - s[start]) for s in samples if s.get(start) and s.get(end)]
+        print(
+            f"  {label:<62} {median(values):8.1f}   (n={len(values)}, {min(values, default=0):.1f}-"
+            f"{max(values, default=0):.1f})"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bare", type=int, default=20, help="bare starts to measure")
+    parser.add_argument("--policy-runs", type=int, default=3, help="containers under Docker's on-failure policy")
+    parser.add_argument("--jobs", type=int, default=3, help=f"console jobs killed {RETRIES} times each")
+    parser.add_argument("--process-jobs", type=int, default=7, help="console jobs restarted at process level")
+    parser.add_argument("--spec-runs", type=int, default=8, help="rounds of the step-by-step start (e)")
+    parser.add_argument("--database", default="console_bench_restart")
+    parser.add_argument("--keep-db", action="store_true", help="do not drop the database at the end")
+    args = parser.parse_args()
+
+    import docker
+
+    client = docker.from_env()
+    client.images.get(BUSYBOX)  # fails early when the image is missing
+
+    stack = Stack(args.database, keep_db=args.keep_db)
+    trace_path = enable_docker_trace(stack)
+    with stack:
+        events = Events()
+        events.start()
+        bare = None
+        try:
+            t0 = time.monotonic()
+            bare = BareStart(client)
+            for _ in range(args.bare):
+                bare.sample()
+                bare.sample_cli()
+            print(f"(a) bare start: {time.monotonic() - t0:.1f} s")
+            t0 = time.monotonic()
+            steps = spec_steps(client, args.spec_runs)
+            print(f"(e) container start step by step: {time.monotonic() - t0:.1f} s")
+            t0 = time.monotonic()
+            policy = docker_policy(client, events, args.policy_runs)
+            print(f"(b) Docker on-failure policy: {time.monotonic() - t0:.1f} s")
+            t0 = time.monotonic()
+            process = console_process_restarts(stack, client, events, bare, args.process_jobs)
+            print(f"(d) console process level: {time.monotonic() - t0:.1f} s")
+            t0 = time.monotonic()
+            container = console_container_restarts(stack, client, events, bare, args.jobs)
+            print(f"(c) console container restarts: {time.monotonic() - t0:.1f} s")
+            worker_log = Path(stack.tmp, "celery-worker.log").read_text()[-2000:]
+            trace = read_trace(trace_path)
+        finally:
+            events.close()
+            if bare is not None:
+                bare.remove()
+
+    # The baseline: every bare start, up front and between the console's restarts.
+    bare_all = bare.samples["api"] + bare.samples["interleaved"]
+    bare_ms = median(bare_all)
+    docker_ms = {n: median(v) for n, v in policy["die_to_start"].items()}
+    print(f"\nDocker {client.version()['Version']}, {os.cpu_count()} CPUs; medians in ms")
+    print(f"  {'case':<44} {'n':>3} {'median':>9} {'min-max':>16} {'vs bare':>8}  {'vs pol.':>7}  target (median)")
+    row("(a) bare start, API, up front", bare.samples["api"], bare_ms, None)
+    row("(a) bare start, API, between the restarts", bare.samples["interleaved"], bare_ms, None)
+    row("(a) bare start, API, all (the baseline)", bare_all, bare_ms, None)
+    row("(a) bare start, `docker start` CLI", bare.samples["cli"], bare_ms, None)
+    for n in range(1, RETRIES + 1):
+        row(f"(b) Docker on-failure retry {n}: die -> start", policy["die_to_start"][n], bare_ms, docker_ms[n])
+    for n in range(1, RETRIES + 1):
+        row(
+            f"    Docker on-failure retry {n}: start -> start",
+            policy["start_to_start"][n],
+            bare_ms,
+            median(policy["start_to_start"][n]),
+        )
+
+    verdicts: list[tuple[str, bool]] = []
+    container_level = [ms(s["start"] - s["die"]) for s in container if s["level"] == "container"]
+    job_level = [ms(s["start"] - s["die"]) for s in container if s["level"] == "job"]
+    ok = median(container_level) <= CONTAINER_TARGET_RATIO * bare_ms
+    verdicts.append(("container level <= 1.5x bare start", ok))
+    row(
+        "(c) console container level: die -> start",
+        container_level,
+        bare_ms,
+        docker_ms[1],
+        f"<= {CONTAINER_TARGET_RATIO * bare_ms:.0f} {'MET' if ok else 'MISSED'}",
+    )
+    row("(c) console job level (same host): die -> start", job_level, bare_ms, None)
+    for n in range(1, RETRIES + 1):
+        values = [ms(s["start"] - s["die"]) for s in container if s["retry"] == n]
+        levels = "/".join(sorted({s["level"] for s in container if s["retry"] == n}))
+        ok = median(values) < docker_ms[n]
+        verdicts.append((f"console retry {n} < Docker retry {n}", ok))
+        row(
+            f"(c) console retry {n} ({levels}): die -> start",
+            values,
+            bare_ms,
+            docker_ms[n],
+            f"< {docker_ms[n]:.0f} {'MET' if ok else 'MISSED'}",
+        )
+    user_values = [ms(s["user"] - s["die"]) for s in container]
+    row("(c) console, all retries: die -> user process", user_values, bare_ms, None)
+    db_values = [ms(s["db_running_again"] - s["db_detected"]) for s in container]
+    row("(c) console, all retries: RecoveryRecord downtime", db_values, bare_ms, None)
+
+    process_values = [ms(s["user"] - s["exit"]) for s in process]
+    ok = median(process_values) < bare_ms
+    verdicts.append(("process level < bare start", ok))
+    row(
+        "(d) console process level: exit -> running",
+        process_values,
+        bare_ms,
+        docker_ms[1],
+        f"< {bare_ms:.0f} {'MET' if ok else 'MISSED'}",
+    )
+    ok = median(process_values) < docker_ms[1]
+    verdicts.append(("process level < Docker retry 1", ok))
+    bad = [s for s in process if s["level"] != "process" or not s["same_container"]]
+    if bad:
+        print(f"  warning: {len(bad)} process-level samples were not restarted in place: {bad}")
+
+    breakdown(
+        "(c) where the time goes, container restarts",
+        container,
+        [
+            ("die -> container removed (follower: noticed, marked, removed)", "die", "destroy"),
+            ("container removed -> attempt ended (claimed for the decision)", "destroy", "attempt_ended"),
+            ("attempt ended -> next attempt created (classify, decide)", "attempt_ended", "next_created"),
+            ("next attempt created -> `create` event (commit, Celery, create)", "next_created", "create"),
+            ("`create` -> `extract-to-dir` event (put_archive /etc/volcano)", "create", "archive"),
+            ("`extract-to-dir` -> `start` event (reload, docker start)", "archive", "start"),
+            ("`start` -> user process's first line (launcher env checks)", "start", "user"),
+        ],
+    )
+    breakdown(
+        "(d) where the time goes, process level",
+        process,
+        [
+            ("process's last line -> launcher's exit marker", "exit", "marker"),
+            ("exit marker -> task run ended in the DB (follower)", "marker", "detected"),
+            ("task run ended -> next attempt created (classify, decide)", "detected", "next_created"),
+            ("next attempt created -> `exec_start` (commit, Celery, exec)", "next_created", "exec_start"),
+            ("`exec_start` -> launcher restarts (decision file polled)", "exec_start", "launcher"),
+            ("launcher restarts -> user process's first line", "launcher", "user"),
+            ("(next attempt created -> attempt started in the DB)", "next_created", "next_started"),
+        ],
+    )
+
+    trace_breakdown(trace, [(s["die"], s["start"]) for s in container], "(c) from death to the next start")
+    trace_breakdown(trace, [(s["exit"], s["user"]) for s in process], "(d) from the exit to the restarted process")
+
+    print("\n(e) a container start step by step (median ms; the console creates a new container per restart):")
+    for key, values in steps.items():
+        print(f"  {key:<62} {median(values):8.1f}   (n={len(values)}, {min(values):.1f}-{max(values):.1f})")
+
+    print("\ntargets:")
+    for name, met in verdicts:
+        print(f"  {'MET   ' if met else 'MISSED'} {name}")
+    if "Traceback" in worker_log:
+        print(f"\nthe worker logged errors:\n{worker_log}")
+    return 0 if all(met for _, met in verdicts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

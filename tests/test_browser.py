@@ -1,0 +1,239 @@
+"""The console as a user sees it: a real Chromium (Playwright) against the real
+daphne, Celery worker, PostgreSQL, Redis and Docker of the test harness.
+
+Screenshots of the key moments go to test-artifacts/ (gitignored).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect, sync_playwright
+
+from jobs.consumers import CLOSE_FORBIDDEN
+from jobs.models import Phase, TrainingJob
+from tests.conftest import BUSYBOX, wait_for
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = "/usr/lib/chromium/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+SLOW_COUNTER = "i=0; while true; do i=$((i+1)); echo step $i; sleep 0.2; done"
+STEP_LINE = re.compile(r"^step (\d+)$")  # the job's own lines, not the platform's
+UI_TIMEOUT_MS = 30_000
+expect.set_options(timeout=UI_TIMEOUT_MS)  # a stop waits up to 5 s for SIGTERM, then SIGKILLs
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"Chromium is not installed at {CHROMIUM}")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def new_page(browser, live_url):
+    """Pages in fresh browser contexts (one user each); closed after the test."""
+    contexts = []
+
+    def make() -> Page:
+        context = browser.new_context(base_url=live_url, viewport={"width": 1280, "height": 860})
+        context.set_default_timeout(UI_TIMEOUT_MS)
+        contexts.append(context)
+        return context.new_page()
+
+    yield make
+    for context in contexts:
+        context.close()
+
+
+def shot(page: Page, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def log_in(page: Page, username: str, password: str) -> None:
+    page.goto("/accounts/login/")
+    page.get_by_label("User name").fill(username)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("heading", name="Training jobs")).to_be_visible()
+
+
+def open_create_form(page: Page) -> None:
+    page.get_by_role("navigation").get_by_role("link", name="Create training job").click()
+    expect(page.get_by_role("heading", name="Create training job")).to_be_visible()
+
+
+def mark_document(page: Page) -> None:
+    """A marker that only survives while the page is never reloaded."""
+    page.evaluate("window.__notReloaded = true")
+
+
+def assert_not_reloaded(page: Page) -> None:
+    assert page.evaluate("window.__notReloaded === true"), "the page was reloaded"
+
+
+def step_numbers(page: Page) -> list[int]:
+    texts = page.locator("#log-lines .ln").all_inner_texts()
+    return [int(m.group(1)) for t in texts if (m := STEP_LINE.fullmatch(t.strip()))]
+
+
+def test_create_watch_recover_and_stop_a_job(demo, new_page, docker_client):
+    page = new_page()
+    log_in(page, "owner", "owner-password")
+    shot(page, "01-job-list-empty")
+
+    open_create_form(page)
+    page.get_by_label("Name").fill("browser-job")
+    page.get_by_label("Image").fill(BUSYBOX)
+    page.get_by_label("Start command").fill(SLOW_COUNTER)
+    page.get_by_label("Fault tolerance (automatic restart)").check()
+    page.get_by_label("Max restarts").fill("2")
+    shot(page, "02-create-form-filled")
+    page.get_by_role("button", name="Submit").click()
+
+    page.wait_for_url(re.compile(r"/jobs/[0-9a-f-]{36}/$"))
+    job = TrainingJob.objects.get(name="browser-job")
+    assert page.url.endswith(f"/jobs/{job.id}/")
+    assert (job.created_by, job.fault_tolerance, job.max_restarts) == (demo.owner, True, 2)
+    mark_document(page)
+    header = page.locator("#job-header")
+    expect(header.get_by_role("heading", name="browser-job")).to_be_visible()
+    expect(header.locator(".phase")).to_have_attribute("data-phase", "Running")
+    expect(page.locator("#restarts")).to_have_text("Restarts 0/2")
+    shot(page, "03-job-running")
+
+    # Logs: the tail arrives, then new lines while we watch.
+    page.get_by_role("link", name="Logs", exact=True).click()
+    expect(page.get_by_role("link", name="Logs", exact=True)).to_have_class(re.compile(r"\bactive\b"))
+    expect(page.get_by_role("link", name="Overview")).not_to_have_class(re.compile(r"\bactive\b"))
+    step_lines = page.locator("#log-lines .ln").filter(has_text=STEP_LINE)
+    expect(step_lines.first).to_be_visible()
+    seen = len(step_numbers(page))
+    wait_for(lambda: len(step_numbers(page)) >= seen + 5, timeout=15, message="more log lines to arrive live")
+    numbers = step_numbers(page)
+    assert numbers == list(range(1, len(numbers) + 1)), "log lines are shown once each, in order"
+    assert "?tab=logs" in page.url
+    shot(page, "04-logs-live")
+
+    # Fault recovery: empty, then a transient row appears when the container is SIGKILLed.
+    page.get_by_role("link", name="Fault recovery").click()
+    recovery_rows = page.locator("#recovery-table tr.recovery-row")
+    expect(page.locator("#recovery-table")).to_contain_text("No recoveries.")
+    container = docker_client.containers.list(filters={"label": f"console.job={job.id}"})[0]
+    container.kill()
+    expect(recovery_rows).to_have_count(1)
+    row = recovery_rows.first
+    expect(row).to_have_attribute("data-class", "transient")
+    expect(row.locator(".tag")).to_have_text("transient")
+    expect(row).to_contain_text("exit code 137")
+    expect(row).to_contain_text("1/2")
+    expect(page.locator("#restarts")).to_have_text("Restarts 1/2")
+    expect(header.locator(".phase")).to_have_attribute("data-phase", "Running")
+    expect(row.locator("td").nth(5)).not_to_have_text("–")  # running again at
+    shot(page, "05-recovery-row")
+
+    # The log of the new attempt follows a separator, counting from 1 again.
+    page.get_by_role("link", name="Logs", exact=True).click()
+    expect(page.locator("#log-lines .log-sep").nth(1)).to_contain_text("attempt 2")
+    expect(page.locator("#log-lines .log-sep").nth(1).locator("~ .ln").filter(has_text=STEP_LINE).first).to_have_text(
+        "step 1"
+    )
+    shot(page, "06-logs-after-restart")
+
+    # Stop: confirm, Terminating, then Terminated, still without a reload.
+    page.get_by_role("link", name="Overview").click()
+    page.once("dialog", lambda dialog: dialog.accept())
+    header.get_by_role("button", name="Stop").click()
+    expect(header.locator(".phase")).to_have_attribute("data-phase", "Terminated")
+    expect(header.get_by_role("button", name="Stop")).to_have_count(0)
+    expect(page.locator("#phase-reason")).to_have_text("Stopped by the user.")
+    expect(page.locator("#restarts")).to_have_text("Restarts 1/2")
+    shot(page, "07-terminated")
+    page.get_by_role("link", name="Attempts").click()
+    attempt_rows = page.locator("#attempt-table tr.attempt-row")
+    expect(attempt_rows).to_have_count(2)
+    expect(attempt_rows.nth(1)).to_contain_text("137")  # newest first: attempt 1 was SIGKILLed
+    shot(page, "08-attempts")
+    assert_not_reloaded(page)
+
+    job.refresh_from_db()
+    assert (job.phase, job.restarts_used) == (Phase.TERMINATED, 1)
+    assert job.recoveries.count() == 1
+    wait_for(lambda: not docker_client.containers.list(all=True, filters={"label": f"console.job={job.id}"}))
+
+    page.goto("/")
+    row = page.locator("tr", has=page.get_by_role("link", name="browser-job"))
+    expect(row.locator(".phase")).to_have_text("Terminated")
+    expect(row).to_contain_text("1/2")
+    shot(page, "09-job-list")
+
+
+def test_bad_fields_are_explained_next_to_them_and_nothing_is_created(demo, new_page):
+    page = new_page()
+    log_in(page, "owner", "owner-password")
+    open_create_form(page)
+    page.get_by_label("Name").fill("bad name!")
+    page.get_by_label("Start command").fill("echo hi")
+    page.get_by_label("Fault tolerance (automatic restart)").check()
+    page.get_by_label("Max restarts").fill("129")
+    mark_document(page)
+    page.get_by_role("button", name="Submit").click()
+
+    name_error = page.locator("#field-name .error")
+    expect(name_error).to_have_text(re.compile(r"Name must be 1-64 characters"))
+    restarts_error = page.locator("#field-max_restarts .error")
+    expect(restarts_error).to_have_text(re.compile(r"Max restarts must be between 1 and 128"))
+    expect(page.locator("#field-name")).to_have_class(re.compile(r"\bhas-error\b"))
+    expect(page.locator("#field-image .error")).to_have_count(0)
+    # What the user typed is kept.
+    expect(page.get_by_label("Name")).to_have_value("bad name!")
+    expect(page.get_by_label("Max restarts")).to_have_value("129")
+    expect(page.get_by_label("Fault tolerance (automatic restart)")).to_be_checked()
+    assert page.url.endswith("/jobs/create/")
+    # The errors are swapped into the page, not over it.
+    expect(page.get_by_role("heading", name="Create training job")).to_be_visible()
+    expect(page.get_by_role("navigation").get_by_role("link", name="Training jobs")).to_be_visible()
+    assert_not_reloaded(page)
+    shot(page, "10-create-form-errors")
+    assert not TrainingJob.objects.exists()
+
+
+def test_an_outsider_gets_404_for_the_job_page(demo, new_page):
+    job = TrainingJob.objects.create(
+        workspace=demo.workspace, created_by=demo.owner, name="private", image=BUSYBOX, command="echo hi"
+    )
+    page = new_page()
+    log_in(page, "outsider", "outsider-password")
+    expect(page.get_by_role("link", name="private")).to_have_count(0)
+    for url in (f"/jobs/{job.id}/", f"/jobs/{job.id}/?tab=logs", f"/jobs/{job.id}/logs/0/download/"):
+        response = page.goto(url)
+        assert response is not None and response.status == 404, url
+    shot(page, "11-outsider-404")
+    # Nor do the job's websockets answer: the handshake is refused before any message.
+    page.goto("/")
+    ws_base = page.url.replace("http://", "ws://").rstrip("/")
+    for path in (f"/ws/jobs/{job.id}/", f"/ws/jobs/{job.id}/logs/0/"):
+        outcome = page.evaluate(
+            """url => new Promise(resolve => {
+                const ws = new WebSocket(url);
+                ws.onmessage = () => { resolve("message"); ws.close(); };
+                ws.onclose = event => resolve(event.code);
+            })""",
+            ws_base + path,
+        )
+        assert outcome in (1006, CLOSE_FORBIDDEN), (path, outcome)
