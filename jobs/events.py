@@ -11,7 +11,9 @@ from .models import JobEvent, Notification, TrainingJob
 
 def record(job: TrainingJob, kind: str, message: str, **data) -> JobEvent:
     """Store an event; after commit, push it to live pages and queue its notifications."""
-    event = JobEvent.objects.create(job=job, kind=kind, message=message, data=data)
+    # The job as this transaction sees it now (the caller's object may be stale).
+    snapshot = TrainingJob.objects.filter(id=job.id).values("phase", "restarts_used", "hang_restarts_used").first()
+    event = JobEvent.objects.create(job=job, kind=kind, message=message, data=data | {"job_at_event": snapshot or {}})
     targets = []
     if kind in (job.notify_events or []):
         if job.notify_webhook_url:

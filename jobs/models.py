@@ -195,14 +195,14 @@ class TrainingJob(models.Model):
             errors["fault_tolerance"] = (
                 "Unconditional restart, hang restart and instance rescheduling need fault tolerance on."
             )
-        unknown = set(self.notify_events or []) - {str(kind) for kind in NOTIFIABLE_EVENTS}
-        if unknown:
-            errors["notify_events"] = f"Unknown notification events: {', '.join(sorted(unknown))}."
         emails = [e.strip() for e in (self.notify_emails or "").split(",") if e.strip()]
         bad = [e for e in emails if not v.EMAIL_RE.match(e)]
         if bad:
             errors["notify_emails"] = f"Not an e-mail address: {', '.join(bad)}."
-        if self.notify_events and not (self.notify_webhook_url or emails):
+        unknown = set(self.notify_events or []) - {str(kind) for kind in NOTIFIABLE_EVENTS}
+        if unknown:
+            errors["notify_events"] = f"Unknown notification events: {', '.join(sorted(unknown))}."
+        elif self.notify_events and not (self.notify_webhook_url or emails):
             errors["notify_events"] = "Choose a topic (webhook URL or e-mail addresses) for the notifications."
         if errors:
             raise ValidationError(errors)

@@ -19,18 +19,21 @@ class TransportError(Exception):
 
 
 def payload(event: JobEvent) -> dict:
+    """The event as it was when it happened: a retried delivery must not describe a later job."""
     job = event.job
+    data = dict(event.data)
+    at_event = data.pop("job_at_event", {})
     return {
         "event": event.kind,
         "at": event.at.isoformat(),
         "message": event.message,
-        "data": event.data,
+        "data": data,
         "job": {
             "id": str(job.id),
             "name": job.name,
             "project_id": job.workspace.project_id,
-            "phase": job.phase,
-            "restarts_used": job.restarts_used,
+            "phase": at_event.get("phase", job.phase),
+            "restarts_used": at_event.get("restarts_used", job.restarts_used),
             "max_restarts": job.max_restarts_effective,
         },
     }

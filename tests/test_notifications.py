@@ -217,12 +217,6 @@ def test_a_receiver_that_always_fails_ends_failed_after_the_retries(demo, receiv
     assert [p["status"] for p in hook.posts] == [500] * 6
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="jobs.notify.payload() reads the job's phase and counters when the notification is delivered, "
-    "not as they were at the event: a retried 'started' notification reports the job Completed.",
-)
 def test_a_late_delivery_describes_the_job_as_it_was_at_the_event(demo, receivers):
     hook = receivers(failing=True)
     job = make_job(demo, name="notify-late", notify_webhook_url=hook.url, notify_events=["started"])
