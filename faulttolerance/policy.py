@@ -64,6 +64,9 @@ def decide(
     r = policy.max_restarts
     if failure_class == c.TERMINATED:
         return Decision(False, "", "terminated by the user", counters)
+    if failure_class == c.PREEMPTED:
+        # Stopped by the scheduler for a higher-priority job: re-queued, consumes nothing.
+        return Decision(True, "job", "preempted: re-queued (consumes nothing)", counters)
     if r == 0:
         return Decision(False, "", "fault tolerance is off", counters)
     if failure_class == c.HANG and policy.hang_restart and counters.consecutive_hang < MAX_CONSECUTIVE_HANG:

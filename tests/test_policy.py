@@ -177,8 +177,9 @@ def test_step5_non_retryable_class_without_u_ends_with_its_class(failure_class):
 
 
 # -- R = 0 -------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("failure_class", ALL_CLASSES)
+@pytest.mark.parametrize("failure_class", [k for k in ALL_CLASSES if k != c.PREEMPTED])
 def test_r0_nothing_is_restarted(failure_class):
+    # (A preemption is the platform's doing, not a failure: re-queued whatever R is.)
     policy = Policy(max_restarts=0, unconditional=True, hang_restart=True)
     decision = decide(policy, Counters(), failure_class)
     assert decision.restart is False
@@ -338,3 +339,10 @@ def test_classify_feeds_decide_end_to_end():
     killed = classify(EndFacts(exit_code=137))
     assert decide(policy, Counters(), oom.failure_class).restart is False
     assert decide(policy, Counters(), killed.failure_class).restart is True
+
+
+def test_preempted_is_requeued_and_consumes_nothing_even_without_fault_tolerance():
+    for r in (0, 3):
+        decision = decide(Policy(max_restarts=r), Counters(restarts_used=0), "preempted")
+        assert (decision.restart, decision.level) == (True, "job")
+        assert decision.counters == Counters(restarts_used=0)
