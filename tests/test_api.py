@@ -354,3 +354,44 @@ def test_recoveries_list_the_sigkill_as_transient(demo, api, worker, docker_clie
     logs = user_lines(b"".join(api.get(f"{job_url(demo, job_id)}/tasks/worker-0/logs").streaming_content).decode())
     assert logs[0] == "attempt 1" and "tick 3" in logs
     assert logs[-2:] == ["attempt 2", "finished"]
+
+
+def test_notification_and_hang_settings_round_trip_and_events_are_listed(demo, api, worker):
+    data = body(name="api-notify")
+    data["spec"]["notification"] = {
+        "webhook_url": "http://127.0.0.1:9/hook",
+        "emails": ["ops@example.org"],
+        "events": ["failed"],
+    }
+    data["spec"]["hang_detection"] = {"window_seconds": 120}
+    job_id = create(api, demo, data)["metadata"]["id"]
+    wait_phase(api, demo, job_id, "Completed")
+    spec = api.get(job_url(demo, job_id)).json()["spec"]
+    assert spec["notification"] == {
+        "webhook_url": "http://127.0.0.1:9/hook",
+        "emails": ["ops@example.org"],
+        "events": ["failed"],
+    }
+    assert spec["hang_detection"] == {"window_seconds": 120}
+    events = api.get(f"{job_url(demo, job_id)}/events").json()
+    assert [e["kind"] for e in events["items"]] == ["completed", "started"]  # newest first
+    assert "job_at_event" not in events["items"][0]["data"]
+
+
+@pytest.mark.parametrize(
+    "notification, path",
+    [
+        ({"webhook_url": "http://127.0.0.1:9/", "events": ["exploded"]}, "spec.notification.events"),
+        ({"events": ["failed"]}, "spec.notification.events"),
+        ({"emails": "not-an-address", "events": ["failed"]}, "spec.notification.emails"),
+        ({"webhook_url": "not a url", "events": ["failed"]}, "spec.notification.webhook_url"),
+    ],
+)
+def test_bad_notification_settings_are_refused(demo, api, notification, path):
+    data = body(name="api-bad-notify")
+    data["spec"]["notification"] = notification
+    before = TrainingJob.objects.count()
+    response = api.post(jobs_url(demo), data, format="json")
+    assert response.status_code == 400
+    assert path in response.json()["errors"], response.json()
+    assert TrainingJob.objects.count() == before

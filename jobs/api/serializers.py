@@ -31,6 +31,10 @@ FIELD_PATHS = {
     "unconditional_restart": f"metadata.annotations.{UNCONDITIONAL}",
     "hang_restart": f"metadata.annotations.{HANG_RETRY}",
     "pod_retry_num": f"metadata.annotations.{POD_RETRY_NUM}",
+    "hang_window_s": "spec.hang_detection.window_seconds",
+    "notify_webhook_url": "spec.notification.webhook_url",
+    "notify_emails": "spec.notification.emails",
+    "notify_events": "spec.notification.events",
 }
 
 
@@ -96,6 +100,29 @@ class TrainingJobCreateSerializer(serializers.Serializer):
                 annotations.get(POD_RETRY_NUM), f"metadata.annotations.{POD_RETRY_NUM}", errors, 0, " between 0 and 128"
             ),
         }
+        notification = _get(data, "spec.notification") or {}
+        if not isinstance(notification, dict):
+            errors["spec.notification"] = ["Must be an object with webhook_url, emails and events."]
+            notification = {}
+        emails = notification.get("emails") or ""
+        if isinstance(emails, list):
+            emails = ",".join(str(e) for e in emails)
+        events = notification.get("events") or []
+        if not isinstance(events, list):
+            errors["spec.notification.events"] = ["Must be a list of event names."]
+            events = []
+        fields |= {
+            "notify_webhook_url": notification.get("webhook_url") or "",
+            "notify_emails": emails,
+            "notify_events": [str(e) for e in events],
+            "hang_window_s": _int(
+                _get(data, "spec.hang_detection.window_seconds"),
+                "spec.hang_detection.window_seconds",
+                errors,
+                0,
+                " of seconds (0: the platform default)",
+            ),
+        }
         if retry_num is not None and retry_num < 0:
             errors[f"metadata.annotations.{RETRY_NUM}"] = ["Max restarts must be between 1 and 128 (absent or 0: off)."]
         if fields["pod_retry_num"] is not None and fields["pod_retry_num"] < 0:
@@ -140,7 +167,15 @@ def job_representation(job: TrainingJob) -> dict:
             "annotations": annotations,
         },
         "algorithm": {"command": job.command, "engine": {"image_url": job.image}},
-        "spec": {"resource": {"node_count": job.node_count}},
+        "spec": {
+            "resource": {"node_count": job.node_count, "flavor_id": job.flavor.name if job.flavor_id else None},
+            "hang_detection": {"window_seconds": job.hang_window_s or None},
+            "notification": {
+                "webhook_url": job.notify_webhook_url,
+                "emails": job.notify_email_list,
+                "events": job.notify_events,
+            },
+        },
         "status": {
             "phase": job.phase,
             "reason": job.phase_reason,
@@ -154,6 +189,11 @@ def job_representation(job: TrainingJob) -> dict:
     }
 
 
+def event_representation(event) -> dict:
+    data = {k: v for k, v in event.data.items() if k != "job_at_event"}
+    return {"id": event.id, "at": event.at.isoformat(), "kind": event.kind, "message": event.message, "data": data}
+
+
 def recovery_representation(record) -> dict:
     return {
         "id": record.id,
@@ -165,11 +205,14 @@ def recovery_representation(record) -> dict:
         "exit_code": record.exit_code,
         "oom_killed": record.oom_killed,
         "matched_lines": record.matched_lines,
+        "evidence": record.evidence,
         "restart": record.restart,
         "level": record.level,
         "decision": record.decision,
         "restarts_used_after": record.restarts_used_after,
         "max_restarts": record.max_restarts,
+        "hang_restarts_after": record.hang_restarts_after,
+        "reschedules_after": record.reschedules_after,
         "failed_attempt": record.failed_attempt.number,
         "next_attempt": record.next_attempt.number if record.next_attempt else None,
         "running_again_at": record.running_again_at.isoformat() if record.running_again_at else None,

@@ -13,7 +13,12 @@ from jobs.models import FINAL_PHASES, TaskRun, TrainingJob, Workspace
 from jobs.runtime import lifecycle
 from jobs.runtime.logs import read_lines
 
-from .serializers import TrainingJobCreateSerializer, job_representation, recovery_representation
+from .serializers import (
+    TrainingJobCreateSerializer,
+    event_representation,
+    job_representation,
+    recovery_representation,
+)
 
 
 def _workspace(request, project_id: str) -> Workspace:
@@ -90,6 +95,15 @@ class TrainingJobRecoveries(APIView):
         job = _job(request, project_id, job_id)
         records = job.recoveries.select_related("failed_attempt", "next_attempt")
         return Response({"count": records.count(), "items": [recovery_representation(r) for r in records]})
+
+
+class TrainingJobEvents(APIView):
+    def get(self, request, project_id: str, job_id):
+        job = _job(request, project_id, job_id)
+        events = job.events.all()
+        if kind := request.query_params.get("kind"):
+            events = events.filter(kind=kind)
+        return Response({"count": events.count(), "items": [event_representation(e) for e in events]})
 
 
 class TrainingJobTaskLogs(APIView):
