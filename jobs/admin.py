@@ -2,7 +2,18 @@ from django.contrib import admin, messages
 
 from faulttolerance.models import RecoveryRecord
 
-from .models import Attempt, DockerHost, PresetImage, TaskRun, TrainingJob, Workspace
+from .models import (
+    Attempt,
+    DockerHost,
+    Flavor,
+    JobEvent,
+    Notification,
+    PresetImage,
+    ResourcePool,
+    TaskRun,
+    TrainingJob,
+    Workspace,
+)
 from .runtime import lifecycle
 
 
@@ -14,16 +25,39 @@ class WorkspaceAdmin(admin.ModelAdmin):
     readonly_fields = ["project_id"]
 
 
+@admin.register(ResourcePool)
+class ResourcePoolAdmin(admin.ModelAdmin):
+    list_display = ["name", "kind", "check_root_gb", "check_shm_gb", "check_cache_gb", "shm_size_gb"]
+    list_filter = ["kind"]
+    search_fields = ["name"]
+
+
+@admin.register(Flavor)
+class FlavorAdmin(admin.ModelAdmin):
+    list_display = ["name", "cpus", "memory_mb", "gpus", "gpu_type", "uses_ib", "single_process"]
+    list_filter = ["gpus", "uses_ib", "single_process"]
+    search_fields = ["name", "gpu_type"]
+
+
 @admin.register(DockerHost)
 class DockerHostAdmin(admin.ModelAdmin):
-    list_display = ["name", "base_url", "enabled", "isolated", "isolation_reason", "last_seen_at"]
-    list_filter = ["enabled", "isolated"]
+    list_display = [
+        "name",
+        "base_url",
+        "pool",
+        "enabled",
+        "hot_standby",
+        "isolated",
+        "isolation_reason",
+        "last_seen_at",
+    ]
+    list_filter = ["enabled", "isolated", "hot_standby", "pool"]
     search_fields = ["name", "base_url"]
     actions = ["clear_isolation"]
 
     @admin.action(description="Clear isolation (host gets new instances again)")
     def clear_isolation(self, request, queryset):
-        count = queryset.update(isolated=False, isolation_reason="")
+        count = queryset.update(isolated=False, isolation_reason="", isolated_at=None)
         self.message_user(request, f"Cleared isolation of {count} host(s).")
 
 
@@ -113,3 +147,20 @@ class TaskRunAdmin(admin.ModelAdmin):
     list_filter = ["state", "host"]
     search_fields = ["container_name", "container_id", "attempt__job__name"]
     readonly_fields = [f.name for f in TaskRun._meta.fields]
+
+
+@admin.register(JobEvent)
+class JobEventAdmin(admin.ModelAdmin):
+    list_display = ["at", "job", "kind", "message"]
+    list_filter = ["kind"]
+    search_fields = ["job__name", "message"]
+    date_hierarchy = "at"
+    readonly_fields = [f.name for f in JobEvent._meta.fields]
+
+
+@admin.register(Notification)
+class NotificationAdmin(admin.ModelAdmin):
+    list_display = ["event", "transport", "target", "status", "tries", "sent_at"]
+    list_filter = ["status", "transport"]
+    search_fields = ["target", "event__job__name"]
+    readonly_fields = [f.name for f in Notification._meta.fields]

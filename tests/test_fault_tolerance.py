@@ -1,6 +1,8 @@
 """SPEC §4-§6 against real containers: each rule proven by a real fault."""
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
 from django.utils import timezone
 
 from jobs.models import DockerHost, EventKind, Flavor, Phase, TaskRun, TrainingJob
@@ -130,10 +132,17 @@ def test_failed_environment_check_isolates_the_host_and_waits_for_the_operator(d
 
     assert "[env-check] error,exiting" in [line.text for line in read_lines(first)]
 
-    # The operator fixes the host and clears the isolation (the admin action does this update).
+    # The operator fixes the host and clears the isolation with the admin's action.
     demo.pool.check_cache_gb = 0.5
     demo.pool.save()
-    DockerHost.objects.filter(id=host.id).update(isolated=False, isolation_reason="", isolated_at=None)
+    operator = Client()
+    operator.force_login(get_user_model().objects.create_superuser("operator", password="operator-password"))
+    response = operator.post(
+        "/admin/jobs/dockerhost/",
+        {"action": "clear_isolation", "_selected_action": [host.id]},
+        follow=True,
+    )
+    assert "Cleared isolation of 1 host(s)." in response.content.decode()
     wait_for(lambda: ended(job), timeout=40, message="the job to run once a host is healthy")
     assert job.phase == Phase.COMPLETED
     record.refresh_from_db()
