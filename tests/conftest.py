@@ -248,3 +248,16 @@ def describe() -> str:
                     f"lines={run.log_lines} {run.error!r}"
                 )
     return "\n".join(out)
+
+
+def submit_job(demo, **fields):
+    """Create a job the way the form and the API do (full_clean, save, submit)."""
+    from jobs.models import TrainingJob
+    from jobs.runtime import lifecycle
+
+    defaults = dict(workspace=demo.workspace, created_by=demo.owner, name="job", image=BUSYBOX, command="echo hi")
+    job = TrainingJob(**(defaults | fields))
+    job.full_clean()
+    job.save()
+    lifecycle.submit(job)
+    return job

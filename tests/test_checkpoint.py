@@ -15,7 +15,7 @@ import pytest
 from jobs.models import Phase, TaskRun, TrainingJob
 from jobs.runtime import lifecycle
 from jobs.runtime.logs import read_lines
-from tests.conftest import PYTHON_IMAGE, wait_for
+from tests.conftest import PYTHON_IMAGE, submit_job, wait_for
 from tests.pytest_env import TEST_LABEL
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,12 +44,7 @@ def current_image(docker_client):
 
 
 def make_job(demo, **fields) -> TrainingJob:
-    defaults = dict(workspace=demo.workspace, created_by=demo.owner, name="ckpt", image=PYTHON_IMAGE)
-    job = TrainingJob(**(defaults | fields))
-    job.full_clean()
-    job.save()
-    lifecycle.submit(job)
-    return job
+    return submit_job(demo, **(dict(name="ckpt", image=PYTHON_IMAGE) | fields))
 
 
 def ended(job) -> bool:

@@ -15,8 +15,7 @@ import docker
 import pytest
 
 from jobs.models import DockerHost, EventKind, Phase, TrainingJob
-from jobs.runtime import lifecycle
-from tests.conftest import BUSYBOX, wait_for
+from tests.conftest import BUSYBOX, submit_job, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -88,12 +87,7 @@ def second_host(demo, docker_client):
 
 
 def make_job(demo, **fields) -> TrainingJob:
-    defaults = dict(workspace=demo.workspace, created_by=demo.owner, name="hosts", image=BUSYBOX)
-    job = TrainingJob(**(defaults | fields))
-    job.full_clean()
-    job.save()
-    lifecycle.submit(job)
-    return job
+    return submit_job(demo, **(dict(name="hosts") | fields))
 
 
 def ended(job) -> bool:

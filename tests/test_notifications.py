@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 
 from jobs.models import EventKind, Notification, Phase, TrainingJob
 from jobs.runtime import lifecycle
-from tests.conftest import BUSYBOX, wait_for
+from tests.conftest import BUSYBOX, submit_job, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 
@@ -84,12 +84,7 @@ def receivers():
 
 # -- helpers -------------------------------------------------------------------------------------
 def make_job(demo, **fields) -> TrainingJob:
-    defaults = dict(workspace=demo.workspace, created_by=demo.owner, name="notify", image=BUSYBOX, command="echo hi")
-    job = TrainingJob(**(defaults | fields))
-    job.full_clean()
-    job.save()
-    lifecycle.submit(job)
-    return job
+    return submit_job(demo, **(dict(name="notify") | fields))
 
 
 def reload(job) -> TrainingJob:

@@ -4,18 +4,13 @@ import pytest
 
 from jobs.models import Phase, TrainingJob
 from jobs.runtime import lifecycle
-from tests.conftest import BUSYBOX, wait_for
+from tests.conftest import submit_job, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def make_job(demo, **fields) -> TrainingJob:
-    defaults = dict(workspace=demo.workspace, created_by=demo.owner, name="job", image=BUSYBOX, command="echo hi")
-    job = TrainingJob(**(defaults | fields))
-    job.full_clean()
-    job.save()
-    lifecycle.submit(job)
-    return job
+    return submit_job(demo, **(dict(name="job") | fields))
 
 
 def phase(job) -> str:

@@ -12,8 +12,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from jobs.models import Phase, TrainingJob
-from jobs.runtime import lifecycle
-from tests.conftest import BUSYBOX, wait_for
+from tests.conftest import submit_job, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 
@@ -23,13 +22,7 @@ LOG_LINE = re.compile(r'<div class="ln" data-n="(\d+)">([^<]*)</div>')
 
 
 def make_job(demo, command: str, **fields) -> TrainingJob:
-    job = TrainingJob(
-        workspace=demo.workspace, created_by=demo.owner, name="ws-job", image=BUSYBOX, command=command, **fields
-    )
-    job.full_clean()
-    job.save()
-    lifecycle.submit(job)
-    return job
+    return submit_job(demo, name="ws-job", command=command, **fields)
 
 
 def session_cookie(user) -> str:

@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from jobs.models import Attempt, Phase, TaskRun, TrainingJob
-from jobs.runtime import lifecycle
 from jobs.runtime.logs import read_lines
-from tests.conftest import BUSYBOX, wait_for
+from tests.conftest import submit_job, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 
@@ -18,13 +17,7 @@ NUMBERED = f"for i in $(seq 1 {TOTAL}); do echo n=$i; if [ $((i % 50)) -eq 0 ]; 
 
 
 def make_job(demo, command: str, **fields) -> TrainingJob:
-    job = TrainingJob(
-        workspace=demo.workspace, created_by=demo.owner, name="crash-job", image=BUSYBOX, command=command, **fields
-    )
-    job.full_clean()
-    job.save()
-    lifecycle.submit(job)
-    return job
+    return submit_job(demo, name="crash-job", command=command, **fields)
 
 
 def phase(job) -> str:
