@@ -361,7 +361,7 @@ def console_process_restarts(stack: Stack, client, events: Events, bare: BareSta
 # -- (e) where a container start's time goes ------------------------------------------------------------
 def spec_steps(client, runs: int) -> dict[str, list[float]]:
     """The console's own container spec (jobs.runtime.docker_hosts) and a bare busybox, step by
-    step: create, put_archive, first start of a new container, start of the stopped container."""
+    step: create, first start of a new container, start of the stopped container."""
     import uuid
 
     from jobs.models import Attempt, DockerHost, TaskRun, TrainingJob
@@ -384,12 +384,10 @@ def spec_steps(client, runs: int) -> dict[str, list[float]]:
         task_run = TaskRun(attempt=attempt, index=0, host=host, container_name=f"bench-spec-{os.getpid()}-{i}")
         kwargs = docker_hosts.container_create_kwargs(job, attempt, task_run, [host])
         kwargs["environment"]["MA_ENV_CHECKS"] = "0"
-        archive = docker_hosts.volcano_hosts_archive(job)
         containers = []
         try:
             spec = timed("console spec: create", client.containers.create, **kwargs)
             containers.append(spec)
-            timed("console spec: put_archive /etc/volcano", spec.put_archive, "/etc", archive)
             timed("console spec: first start", spec.start)
             spec.wait()
             timed("console spec: start of the stopped container", spec.start)
