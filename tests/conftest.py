@@ -23,6 +23,14 @@ BUSYBOX = "console/busybox:latest"
 PYTHON_IMAGE = "console/python:3.11"
 
 
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Remove this session's scratch folder when everything passed; keep it to read otherwise."""
+    import shutil
+
+    if exitstatus == 0:
+        shutil.rmtree(TMP, ignore_errors=True)
+
+
 def _test_db_env() -> dict[str, str]:
     env = dict(os.environ)
     db = settings.DATABASES["default"]

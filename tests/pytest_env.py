@@ -7,6 +7,8 @@ import tempfile
 
 _session = f"t{os.getpid()}"
 TMP = tempfile.mkdtemp(prefix=f"console-{_session}-")
+# Logs of the worker and daphne stay for a failed run's reader unless it passed
+# (see pytest_sessionfinish in conftest.py).
 
 # Each session gets its own database (pytest-django prefixes it with test_),
 # so two sessions on one machine never flush each other's tables.
