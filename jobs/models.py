@@ -142,6 +142,12 @@ class TrainingJob(models.Model):
     notify_emails = models.CharField(blank=True, max_length=500, help_text="Comma-separated e-mail addresses.")
     notify_events = models.JSONField(default=list, blank=True)
 
+    class Visibility(models.TextChoices):
+        WORKSPACE = "workspace", "Workspace members"
+        CREATOR = "creator", "Only the creator"
+
+    visibility = models.CharField(max_length=16, choices=Visibility.choices, default=Visibility.WORKSPACE)
+
     # Desired state, written by users; the supervisor converges to it.
     terminate_requested = models.BooleanField(default=False)
     terminate_requested_at = models.DateTimeField(null=True, blank=True)
@@ -162,6 +168,10 @@ class TrainingJob(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["workspace", "-created_at"]), models.Index(fields=["phase"])]
+        permissions = [
+            ("list_all_jobs", "May list all jobs (including creator-only ones)"),
+            ("use_high_priority", "May use high priority (3)"),
+        ]
 
     def __str__(self) -> str:
         return self.name

@@ -1,23 +1,51 @@
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.template.loader import render_to_string
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from jobs.access import visible_jobs
-from jobs.models import TaskRun, TrainingJob
+from jobs.models import Attempt, TaskRun, TrainingJob
 from jobs.runtime import lifecycle
 from jobs.runtime.logs import read_lines
 
-TABS = ("overview", "logs", "recovery", "attempts")
+TABS = ("overview", "logs", "recovery", "attempts", "events")
+EVENTS_SHOWN = 500  # the Events tab shows the newest ones
+
+# The parts of the job page its websocket re-renders; each carries its own id (out-of-band swap).
+LIVE_FRAGMENTS = (
+    "jobs/_job_header.html",
+    "jobs/_tab_counts.html",
+    "jobs/_attempts.html",
+    "jobs/_recoveries.html",
+    "jobs/_events.html",
+)
 
 
 def job_context(job: TrainingJob) -> dict:
     attempts = list(job.attempts.prefetch_related("task_runs__host").order_by("-number"))
+    recoveries = list(
+        job.recoveries.select_related("failed_attempt", "next_attempt").prefetch_related(
+            "failed_attempt__task_runs__host"
+        )
+    )
+    for record in recoveries:
+        _describe_recovery(record)
+    events = list(job.events.all()[: EVENTS_SHOWN + 1])
     return {
         "job": job,
         "attempts": attempts,
-        "recoveries": list(job.recoveries.select_related("failed_attempt", "next_attempt")),
+        "recoveries": recoveries,
+        "timeline": build_timeline(job, attempts, recoveries),
+        "events": events[:EVENTS_SHOWN],
+        "events_truncated": len(events) > EVENTS_SHOWN,
+        "event_count": job.events.count() if len(events) > EVENTS_SHOWN else len(events),
         "instances": range(job.node_count),
     }
 
@@ -25,10 +53,256 @@ def job_context(job: TrainingJob) -> dict:
 def job_live_fragments(job: TrainingJob) -> str:
     """The parts of the job page a websocket refreshes, as out-of-band swaps."""
     context = job_context(job) | {"oob": True}
-    return "".join(
-        render_to_string(name, context)
-        for name in ("jobs/_job_header.html", "jobs/_attempts.html", "jobs/_recoveries.html")
+    return "".join(render_to_string(name, context) for name in LIVE_FRAGMENTS)
+
+
+# -- fault recovery rows -------------------------------------------------------------------------
+def _describe_recovery(record) -> None:
+    """What a recovery row shows beyond the record's own fields."""
+    record.failed_run = next(
+        (run for run in record.failed_attempt.task_runs.all() if run.index == record.task_index), None
     )
+    # "restart (process level): transient is retryable" -> the level is shown as its own tag.
+    reason = record.decision
+    for prefix in (f"restart ({record.level} level): ", "end: "):
+        if reason.startswith(prefix):
+            reason = reason[len(prefix) :]
+    record.decision_reason = reason
+    evidence = record.evidence or {}
+    record.hang = evidence.get("hang") if record.failure_class == "hang" else None
+    record.stacks = evidence.get("stacks") or ""
+    record.work_lost_steps = evidence.get("work_lost_steps")
+    record.downtime_text = _duration_text(record.downtime)
+
+
+def _duration_text(delta: timedelta | None) -> str:
+    if delta is None:
+        return ""
+    seconds = max(0.0, delta.total_seconds())
+    if seconds < 60:
+        return f"{seconds:.2f} s"
+    minutes, seconds = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"
+
+
+# -- timeline --------------------------------------------------------------------------------------
+# One lane per attempt on a shared time axis, drawn as inline SVG on the server. Horizontal
+# positions are percentages of the plot's width, so the picture fills any width without scaling
+# its text; vertical ones are pixels.
+TICK_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+MAX_TICKS = 7
+AXIS_H = 24
+
+
+@dataclass
+class Segment:
+    kind: str  # starting, restarting, running, completed, failed, terminated
+    x: float
+    w: float
+    title: str
+
+
+@dataclass
+class Lane:
+    number: int
+    level: str
+    outcome: str
+    y: int
+    bar_y: int
+    text_y: int
+    segments: list[Segment] = field(default_factory=list)
+
+
+@dataclass
+class Marker:
+    x: float
+    y: int
+    y2: int  # where the connector to the next attempt ends (y when none)
+    failure_class: str
+    title: str
+
+
+@dataclass
+class Tick:
+    x: float
+    label: str
+
+
+@dataclass
+class Timeline:
+    lanes: list[Lane]
+    markers: list[Marker]
+    ticks: list[Tick]
+    row_h: int
+    bar_h: int
+    height: int
+    plot_h: int
+    compact: bool
+    start: datetime
+    end: datetime
+
+    @property
+    def label(self) -> str:
+        n = len(self.lanes)
+        return f"Timeline of {n} attempt{'s' if n != 1 else ''} from {_clock(self.start)} to {_clock(self.end)}"
+
+
+def _clock(moment: datetime, with_date: bool = False) -> str:
+    local = timezone.localtime(moment)
+    return local.strftime("%Y-%m-%d %H:%M:%S" if with_date else "%H:%M:%S")
+
+
+def build_timeline(job: TrainingJob, attempts: list[Attempt], recoveries: list, now: datetime | None = None):
+    """Lanes, recovery markers and time ticks of the job's timeline; None before any attempt."""
+    if not attempts:
+        return None
+    now = now or timezone.now()
+    ordered = sorted(attempts, key=lambda a: a.number)
+    by_id = {a.id: a for a in ordered}
+    records_by_failed = {r.failed_attempt_id: r for r in recoveries}
+
+    # Each attempt: [waiting from, running from, until] in time.
+    spans = []
+    previous_end = None
+    for attempt in ordered:
+        waiting_from = attempt.created_at
+        if previous_end is not None and attempt.level != "initial":
+            waiting_from = min(waiting_from, previous_end)
+        running_from = attempt.started_at
+        until = attempt.ended_at if attempt.state == Attempt.State.ENDED and attempt.ended_at else now
+        if running_from is not None:
+            until = max(until, running_from)
+        spans.append((attempt, waiting_from, running_from, max(until, waiting_from)))
+        previous_end = attempt.ended_at or previous_end
+
+    last_attempt = ordered[-1]
+    last_record = records_by_failed.get(last_attempt.id)
+    waiting_after = bool(
+        not job.is_final and last_attempt.state == Attempt.State.ENDED and last_record and last_record.restart
+    )
+    start = min(s[1] for s in spans)
+    end = max(s[3] for s in spans)
+    if waiting_after:
+        end = max(end, now)
+    for record in recoveries:
+        end = max(end, record.detected_at)
+    span_s = max((end - start).total_seconds(), 1.0)
+
+    def x(moment: datetime) -> float:
+        return round(100 * (moment - start).total_seconds() / span_s, 3)
+
+    count = len(ordered)
+    compact = count > 10
+    row_h = 26 if count <= 10 else 18 if count <= 40 else 13
+    bar_h = 14 if count <= 10 else 10 if count <= 40 else 8
+    lanes: list[Lane] = []
+    lane_y: dict[int, int] = {}
+    for i, (attempt, waiting_from, running_from, until) in enumerate(spans):
+        y = i * row_h
+        lane = Lane(
+            number=attempt.number,
+            level=attempt.level,
+            outcome=attempt.outcome or attempt.state,
+            y=y,
+            bar_y=y + (row_h - bar_h) // 2,
+            text_y=y + row_h // 2 + 4,
+        )
+        lane_y[attempt.id] = y + row_h // 2
+        name = f"Attempt {attempt.number} ({attempt.level} level)" if attempt.level != "initial" else "Attempt 1"
+        gap_end = running_from or until
+        if gap_end > waiting_from:
+            kind = "starting" if attempt.level == "initial" else "restarting"
+            lane.segments.append(
+                Segment(
+                    kind,
+                    x(waiting_from),
+                    max(x(gap_end) - x(waiting_from), 0.15),
+                    f"{name}: {kind} {_clock(waiting_from)} – {_clock(gap_end)} "
+                    f"({_duration_text(gap_end - waiting_from)})",
+                )
+            )
+        if running_from is not None:
+            kind = {
+                Attempt.Outcome.SUCCEEDED: "completed",
+                Attempt.Outcome.FAILED: "failed",
+                Attempt.Outcome.TERMINATED: "terminated",
+            }.get(attempt.outcome, "running")
+            shown = "ended" if kind == "running" and attempt.state == Attempt.State.ENDED else kind
+            ends = "now" if attempt.state != Attempt.State.ENDED else _clock(until)
+            lane.segments.append(
+                Segment(
+                    kind,
+                    x(running_from),
+                    max(x(until) - x(running_from), 0.4),
+                    f"{name}: {shown}, ran {_clock(running_from)} – {ends} ({_duration_text(until - running_from)})",
+                )
+            )
+        elif attempt.state == Attempt.State.ENDED:  # never ran: could not start, or stopped while starting
+            kind = "terminated" if attempt.outcome == Attempt.Outcome.TERMINATED else "failed"
+            lane.segments.append(Segment(kind, x(until), 0.4, f"{name}: {kind} before it ran ({_clock(until)})"))
+        if attempt is last_attempt and waiting_after:
+            lane.segments.append(
+                Segment(
+                    "restarting",
+                    x(until),
+                    max(x(now) - x(until), 0.15),
+                    f"Waiting to restart since {_clock(until)} ({_duration_text(now - until)})",
+                )
+            )
+        lanes.append(lane)
+
+    markers = []
+    for record in sorted(recoveries, key=lambda r: r.detected_at):
+        if record.failed_attempt_id not in lane_y:
+            continue
+        y = lane_y[record.failed_attempt_id]
+        nxt = by_id.get(record.next_attempt_id)
+        decision = f"restart, {record.level} level" if record.restart else "the job ends"
+        markers.append(
+            Marker(
+                x=x(record.detected_at),
+                y=y,
+                y2=lane_y[nxt.id] if nxt is not None else y,
+                failure_class=record.failure_class,
+                title=f"{_clock(record.detected_at)} {record.failure_class} in attempt "
+                f"{by_id[record.failed_attempt_id].number}: {decision}",
+            )
+        )
+
+    plot_h = count * row_h
+    return Timeline(
+        lanes=lanes,
+        markers=markers,
+        ticks=_ticks(start, end, span_s, x),
+        row_h=row_h,
+        bar_h=bar_h,
+        height=plot_h + AXIS_H,
+        plot_h=plot_h,
+        compact=compact,
+        start=start,
+        end=end,
+    )
+
+
+def _ticks(start: datetime, end: datetime, span_s: float, x) -> list[Tick]:
+    step = next((s for s in TICK_STEPS_S if span_s / s <= MAX_TICKS), None)
+    if step is None:
+        step = 86400 * (int(span_s // (86400 * MAX_TICKS)) + 1)
+    with_date = span_s >= 86400
+    epoch = start.timestamp()
+    first = (int(epoch) // step + 1) * step if epoch % step else int(epoch)
+    ticks = []
+    moment = first
+    while moment <= end.timestamp():
+        at = datetime.fromtimestamp(moment, tz=start.tzinfo)
+        local = timezone.localtime(at)
+        label = local.strftime("%m-%d %H:%M" if with_date else "%H:%M:%S" if step < 60 else "%H:%M")
+        ticks.append(Tick(x(at), label))
+        moment += step
+    return ticks
 
 
 @login_required
