@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -189,7 +190,8 @@ def build_timeline(job: TrainingJob, attempts: list[Attempt], recoveries: list, 
         end = max(end, now)
     for record in recoveries:
         end = max(end, record.detected_at)
-    span_s = max((end - start).total_seconds(), 1.0)
+    span_s = max((end - start).total_seconds(), 0.1)
+    end = start + timedelta(seconds=span_s)
 
     def x(moment: datetime) -> float:
         return round(100 * (moment - start).total_seconds() / span_s, 3)
@@ -213,7 +215,7 @@ def build_timeline(job: TrainingJob, attempts: list[Attempt], recoveries: list, 
         lane_y[attempt.id] = y + row_h // 2
         name = f"Attempt {attempt.number} ({attempt.level} level)" if attempt.level != "initial" else "Attempt 1"
         gap_end = running_from or until
-        if gap_end > waiting_from:
+        if running_from is None or running_from > waiting_from:
             kind = "starting" if attempt.level == "initial" else "restarting"
             lane.segments.append(
                 Segment(
@@ -288,20 +290,26 @@ def build_timeline(job: TrainingJob, attempts: list[Attempt], recoveries: list, 
 
 
 def _ticks(start: datetime, end: datetime, span_s: float, x) -> list[Tick]:
+    """Clock times at a round step, at most MAX_TICKS of them (and at least 3 for short jobs)."""
     step = next((s for s in TICK_STEPS_S if span_s / s <= MAX_TICKS), None)
     if step is None:
         step = 86400 * (int(span_s // (86400 * MAX_TICKS)) + 1)
+    if step <= 1 and span_s / step < 3:
+        step = next(s for s in (0.5, 0.2, 0.1) if span_s / s >= 3 or s == 0.1)
     with_date = span_s >= 86400
-    epoch = start.timestamp()
-    first = (int(epoch) // step + 1) * step if epoch % step else int(epoch)
     ticks = []
-    moment = first
-    while moment <= end.timestamp():
-        at = datetime.fromtimestamp(moment, tz=start.tzinfo)
+    k = math.ceil(start.timestamp() / step)
+    while k * step <= end.timestamp():
+        at = datetime.fromtimestamp(k * step, tz=start.tzinfo)
         local = timezone.localtime(at)
-        label = local.strftime("%m-%d %H:%M" if with_date else "%H:%M:%S" if step < 60 else "%H:%M")
+        if with_date:
+            label = local.strftime("%m-%d %H:%M")
+        elif step < 1:
+            label = local.strftime("%H:%M:%S") + f".{local.microsecond // 100000}"
+        else:
+            label = local.strftime("%H:%M:%S" if step < 60 else "%H:%M")
         ticks.append(Tick(x(at), label))
-        moment += step
+        k += 1
     return ticks
 
 

@@ -46,3 +46,18 @@ document.addEventListener("htmx:afterSwap", function (event) {
     else a.removeAttribute("aria-current");
   });
 });
+
+// The job socket re-renders the recovery rows on every change: keep the
+// captured stacks the user opened open.
+(function () {
+  let open = [];
+  document.addEventListener("htmx:wsBeforeMessage", function () {
+    open = Array.from(document.querySelectorAll("details[id][open]"), function (d) { return d.id; });
+  });
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    open.forEach(function (id) {
+      const details = document.getElementById(id);
+      if (details) details.open = true;
+    });
+  });
+})();
