@@ -1,0 +1,111 @@
+"""The container launcher's environment checks (SPEC §5), run in a real busybox
+container that has nothing but a POSIX shell. The GPU case is real too: this
+machine has no GPU, so gpu-check must fail."""
+
+import docker
+import pytest
+
+from jobs.runtime.docker_hosts import LAUNCHER
+from tests.conftest import BUSYBOX
+from tests.pytest_env import TEST_LABEL
+
+LOW = {"MA_CHECK_ROOT_GB": "0.1", "MA_CHECK_SHM_GB": "0.5", "MA_CHECK_CACHE_GB": "0.1"}
+
+
+def run_launcher(docker_client, env: dict, **kwargs) -> tuple[int, list[str]]:
+    container = docker_client.containers.run(
+        BUSYBOX,
+        ["sh", "-c", LAUNCHER, "launcher"],
+        environment={"MA_ENV_CHECKS": "1", "MA_USER_COMMAND": "echo user command ran", **LOW, **env},
+        user="1000:1000",
+        network_mode="none",
+        shm_size="1g",
+        tmpfs={"/etc/volcano": "uid=1000,gid=1000,mode=755,size=64k", "/cache": "size=256m"},
+        labels=dict([TEST_LABEL]),
+        detach=True,
+        **kwargs,
+    )
+    try:
+        code = container.wait(timeout=30)["StatusCode"]
+        return code, container.logs().decode().splitlines()
+    finally:
+        container.remove(force=True)
+
+
+@pytest.fixture(scope="module")
+def client():
+    return docker.from_env()
+
+
+def items(lines: list[str]) -> list[str]:
+    return [line.split(", result: ")[0].removeprefix("[env-check] item: ") for line in lines if "item:" in line]
+
+
+def test_all_checks_pass_and_the_command_runs(client):
+    code, lines = run_launcher(
+        client,
+        {"MA_JOB_NAME": "j", "MA_VOLCANO_HOSTS": "j-worker-0"},
+        hostname="j-worker-0",
+        extra_hosts={"j-worker-0": "127.0.0.1"},  # as the console writes them
+    )
+    assert code == 0
+    assert items(lines) == ["dns", "disk-size root", "disk-size shm", "disk-size cache"]
+    assert all("result: pass" in line for line in lines if "item:" in line)
+    assert lines[-1] == "user command ran"
+
+
+def test_unresolvable_instance_name_fails_dns(client):
+    code, lines = run_launcher(
+        client,
+        {"MA_JOB_NAME": "j", "MA_VOLCANO_HOSTS": "j-worker-0 nowhere-worker-9"},
+        extra_hosts={"j-worker-0": "127.0.0.1"},
+    )
+    assert code == 86
+    assert "[env-check] item: dns, result: fail, host name nowhere-worker-9 does not resolve" in lines[-2]
+    assert lines[-1] == "[env-check] error,exiting"
+    assert "user command ran" not in lines
+
+
+def test_too_little_disk_fails_with_the_threshold_named(client):
+    code, lines = run_launcher(client, {"MA_CHECK_CACHE_GB": "100000"})
+    assert code == 86
+    assert "item: disk-size cache, result: fail" in lines[-2] and "needs more than 100000 GB" in lines[-2]
+
+
+def test_small_shm_fails(client):
+    code, lines = run_launcher(
+        client,
+        {"MA_CHECK_SHM_GB": "1"},
+    )
+    assert code == 86
+    assert "item: disk-size shm, result: fail" in lines[-2]
+
+
+def test_ulimit_check_runs_for_ib_flavors_and_fails_below_the_thresholds(client):
+    env = {
+        "MA_CHECK_ULIMIT": "1",
+        "MA_CHECK_ULIMIT_MEMLOCK": "16000",
+        "MA_CHECK_ULIMIT_NOFILE": "1000000",
+        "MA_CHECK_ULIMIT_STACK": "8000",
+        "MA_CHECK_ULIMIT_NPROC": "1000000",
+    }
+    code, lines = run_launcher(client, env, ulimits=[docker.types.Ulimit(name="memlock", soft=8192, hard=8192)])
+    assert code == 86
+    assert "item: ulimit, result: fail, max locked memory is" in lines[-2]
+    # This sandbox cannot raise limits past its own (memlock 8192): a pool whose
+    # thresholds sit below them passes.
+    lower = {**env, "MA_CHECK_ULIMIT_MEMLOCK": "4096", "MA_CHECK_ULIMIT_NOFILE": "1000", "MA_CHECK_ULIMIT_NPROC": "100"}
+    code, lines = run_launcher(client, lower)
+    assert code == 0, lines
+    assert "[env-check] item: ulimit, result: pass, limits above the thresholds" in lines
+
+
+def test_gpu_check_fails_on_a_host_without_gpus(client):
+    code, lines = run_launcher(client, {"MA_CHECK_GPU": "1"})
+    assert code == 86
+    assert "[env-check] item: gpu-check, result: fail, no GPU is visible in the container" in lines
+
+
+def test_no_checks_without_fault_tolerance(client):
+    code, lines = run_launcher(client, {"MA_ENV_CHECKS": "0", "MA_CHECK_CACHE_GB": "100000"})
+    assert (code, lines) == (0, ["user command ran"])
