@@ -83,3 +83,8 @@ def job_group(job_id: Any) -> str:
 
 def log_group(job_id: Any, index: int) -> str:
     return f"joblog.{job_id}.{index}"
+
+
+def workspace_group(workspace_id: Any) -> str:
+    """The job lists of one workspace's members (each consumer filters by what its user may see)."""
+    return f"jobs.workspace.{workspace_id}"

@@ -29,6 +29,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI served from our static files: no CDN is reachable
     "channels",
     "django_htmx",
     "console",
@@ -129,6 +131,8 @@ FOLLOWER_STALE_AFTER_S = float(os.environ.get("CONSOLE_FOLLOWER_STALE_AFTER_S", 
 # Job-scoped persistent directories (checkpoints), bind-mounted into every
 # attempt's containers: on several hosts, a path they all share (NFS).
 JOB_DATA_ROOT = Path(os.environ.get("CONSOLE_JOB_DATA_ROOT", VAR_DIR / "job-data"))
+# obs://bucket/path/ maps to <OBJECT_STORAGE_ROOT>/bucket/path (one folder per bucket).
+OBJECT_STORAGE_ROOT = Path(os.environ.get("CONSOLE_OBJECT_STORAGE_ROOT", VAR_DIR / "object-storage"))
 LOG_ROOT = Path(os.environ.get("CONSOLE_LOG_ROOT", VAR_DIR / "logs"))
 # Labels every container this console creates; tests add their own run label.
 CONTAINER_LABEL = "console.managed"
@@ -153,6 +157,24 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "jobs.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+# OpenAPI schema of the v2 API at /api/schema/, Swagger UI at /api/docs/ (drf-spectacular).
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Training console API",
+    "DESCRIPTION": (
+        "ModelArts v2-shaped training job API (SPEC §7). Authenticate scripts with "
+        "`Authorization: Token <key>`; the browser uses its session. Every object is filtered by what the "
+        "caller may see; {project_id} is the workspace's project id."
+    ),
+    "VERSION": "2",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": r"/v2/",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"persistAuthorization": True, "displayOperationId": True},
 }
 
 LANGUAGE_CODE = "en-us"

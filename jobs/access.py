@@ -1,21 +1,95 @@
-"""Who may see which job: the one filter used by pages, API and websockets."""
+"""Who may see which job, and what an account may create: the one place for both.
+
+`visible_jobs` is the filter used by every page, API view and websocket (SPEC §3
+"visibility"); `check_quota` and `check_priority` are the account rules of job
+creation (SPEC §3 "quota", "priority"), called by the form and the API alike.
+"""
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import connection
+from django.db.models import Q, QuerySet
 
 from .models import TrainingJob, Workspace
 
+LIST_ALL_JOBS = "jobs.list_all_jobs"
+USE_HIGH_PRIORITY = "jobs.use_high_priority"
+
+# SPEC §3 "quota": at most this many jobs per account; the next one is refused.
+JOB_QUOTA = 10_000
+HIGH_PRIORITY = 3
+
 
 def visible_jobs(user) -> QuerySet[TrainingJob]:
-    if not user.is_authenticated:
+    """The jobs `user` may see (and act on).
+
+    - a superuser sees every job;
+    - a workspace member sees the workspace's jobs, except the creator-only jobs
+      of other users, unless they hold "may list all jobs" (jobs.list_all_jobs),
+      which shows those too, within their own workspaces;
+    - everyone else (anonymous, outsiders) sees nothing.
+    """
+    if user is None or not user.is_authenticated or not user.is_active:
         return TrainingJob.objects.none()
     if user.is_superuser:
         return TrainingJob.objects.all()
-    return TrainingJob.objects.filter(workspace__members=user)
+    jobs = TrainingJob.objects.filter(workspace__members=user)
+    if not user.has_perm(LIST_ALL_JOBS):
+        jobs = jobs.filter(Q(visibility=TrainingJob.Visibility.WORKSPACE) | Q(created_by=user))
+    return jobs
 
 
 def workspaces_of(user) -> QuerySet[Workspace]:
+    if user is None or not user.is_authenticated:
+        return Workspace.objects.none()
     if user.is_superuser:
         return Workspace.objects.all()
     return Workspace.objects.filter(members=user)
+
+
+# -- quota --------------------------------------------------------------------------------------------
+def quota_message(limit: int = JOB_QUOTA) -> str:
+    return (
+        f"Job quota reached: an account may have at most {limit:,} training jobs. "
+        "Delete finished jobs to create new ones."
+    )
+
+
+def check_quota(user, adding: int = 1) -> None:
+    """Refuse a new job of `user` when the account already has JOB_QUOTA jobs.
+
+    Raises django's ValidationError (code "quota") naming the limit. Inside a
+    transaction the user's row is locked first, so two concurrent creations at
+    the limit cannot both pass; call it in the transaction that saves the job.
+    """
+    if user is None or not user.is_authenticated:
+        return
+    if connection.in_atomic_block:
+        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+    if TrainingJob.objects.filter(created_by=user).count() + adding > JOB_QUOTA:
+        raise ValidationError(quota_message(), code="quota")
+
+
+# -- priority ---------------------------------------------------------------------------------------------
+def may_use_priority(user, priority) -> bool:
+    """Priorities 1 and 2 are anyone's; 3 needs "may use high priority" (jobs.use_high_priority).
+
+    Out-of-range values are the field validator's business: only 3 is refused here.
+    """
+    try:
+        high = int(priority) >= HIGH_PRIORITY
+    except (TypeError, ValueError):
+        return True
+    if not high:
+        return True
+    return bool(user is not None and user.is_authenticated and user.is_active and user.has_perm(USE_HIGH_PRIORITY))
+
+
+def check_priority(user, priority) -> None:
+    """ValidationError (code "priority") when `user` may not use `priority`."""
+    if not may_use_priority(user, priority):
+        raise ValidationError(
+            'Priority 3 (high) needs the permission "may use high priority"; choose 1 or 2.', code="priority"
+        )

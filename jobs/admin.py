@@ -4,11 +4,17 @@ from faulttolerance.models import RecoveryRecord
 
 from .models import (
     Attempt,
+    Dataset,
     DockerHost,
+    FileSystem,
     Flavor,
     JobEvent,
+    KeyPair,
+    Model,
+    ModelVersion,
     Notification,
     PresetImage,
+    PresetTemplate,
     ResourcePool,
     TaskRun,
     TrainingJob,
@@ -27,15 +33,44 @@ class WorkspaceAdmin(admin.ModelAdmin):
 
 @admin.register(ResourcePool)
 class ResourcePoolAdmin(admin.ModelAdmin):
-    list_display = ["name", "kind", "check_root_gb", "check_shm_gb", "check_cache_gb", "shm_size_gb"]
+    list_display = [
+        "name",
+        "kind",
+        "node_cpus",
+        "node_memory_gb",
+        "node_gpus",
+        "check_root_gb",
+        "check_shm_gb",
+        "check_cache_gb",
+        "shm_size_gb",
+    ]
     list_filter = ["kind"]
     search_fields = ["name"]
+    fieldsets = [
+        (None, {"fields": ["name", "kind"]}),
+        ("Node size (limits a custom spec)", {"fields": ["node_cpus", "node_memory_gb", "node_gpus"]}),
+        (
+            "Environment checks and containers",
+            {
+                "fields": [
+                    "check_root_gb",
+                    "check_shm_gb",
+                    "check_cache_gb",
+                    "check_ulimit_memlock",
+                    "check_ulimit_nofile",
+                    "check_ulimit_stack",
+                    "check_ulimit_nproc",
+                    "shm_size_gb",
+                ]
+            },
+        ),
+    ]
 
 
 @admin.register(Flavor)
 class FlavorAdmin(admin.ModelAdmin):
-    list_display = ["name", "cpus", "memory_mb", "gpus", "gpu_type", "uses_ib", "single_process"]
-    list_filter = ["gpus", "uses_ib", "single_process"]
+    list_display = ["name", "cpus", "memory_mb", "gpus", "gpu_type", "npu", "uses_ib", "single_process"]
+    list_filter = ["npu", "gpus", "uses_ib", "single_process"]
     search_fields = ["name", "gpu_type"]
 
 
@@ -63,8 +98,64 @@ class DockerHostAdmin(admin.ModelAdmin):
 
 @admin.register(PresetImage)
 class PresetImageAdmin(admin.ModelAdmin):
-    list_display = ["name", "image_ref", "description"]
-    search_fields = ["name", "image_ref"]
+    list_display = ["name", "image_ref", "kind", "description"]
+    list_filter = ["kind"]
+    search_fields = ["name", "image_ref", "description"]
+
+
+@admin.register(PresetTemplate)
+class PresetTemplateAdmin(admin.ModelAdmin):
+    list_display = ["name", "type", "brand", "image", "code_dir", "description"]
+    list_filter = ["type", "brand", "image"]
+    search_fields = ["name", "brand", "description", "command"]
+    autocomplete_fields = ["image"]
+
+
+@admin.register(FileSystem)
+class FileSystemAdmin(admin.ModelAdmin):
+    list_display = ["name", "kind", "source", "description"]
+    list_filter = ["kind"]
+    search_fields = ["name", "source", "description"]
+
+
+@admin.register(Dataset)
+class DatasetAdmin(admin.ModelAdmin):
+    list_display = ["name", "owner", "online", "path", "created_at"]
+    list_filter = ["online", ("owner", admin.EmptyFieldListFilter)]
+    search_fields = ["name", "path", "owner__username", "description"]
+    list_editable = ["online"]
+
+
+class ModelVersionInline(admin.TabularInline):
+    model = ModelVersion
+    extra = 0
+    can_delete = False
+    fields = ["label", "description", "job", "artifact_path", "created_at"]
+    readonly_fields = ["label", "job", "artifact_path", "created_at"]
+
+
+@admin.register(Model)
+class ModelAdmin(admin.ModelAdmin):
+    list_display = ["name", "owner", "type", "brand", "created_at"]
+    list_filter = ["type", "brand"]
+    search_fields = ["name", "owner__username", "description"]
+    inlines = [ModelVersionInline]
+
+
+@admin.register(ModelVersion)
+class ModelVersionAdmin(admin.ModelAdmin):
+    list_display = ["model", "label", "job", "created_at"]
+    list_filter = ["model__type"]
+    search_fields = ["model__name", "description", "job__name"]
+    # The version number is the platform's (V1, then previous + 1): never edited by hand.
+    readonly_fields = ["number", "job", "artifact_path", "created_at"]
+
+
+@admin.register(KeyPair)
+class KeyPairAdmin(admin.ModelAdmin):
+    list_display = ["name", "owner", "fingerprint", "created_at"]
+    list_filter = ["created_at"]
+    search_fields = ["name", "owner__username", "public_key"]
 
 
 class TaskRunInline(admin.TabularInline):
@@ -125,7 +216,7 @@ class TrainingJobAdmin(admin.ModelAdmin):
         "node_count",
         "created_at",
     ]
-    list_filter = ["phase", "fault_tolerance", "workspace"]
+    list_filter = ["phase", "pool_type", "pool", "training_mode", "fault_tolerance", "workspace"]
     search_fields = ["name", "id", "created_by__username"]
     date_hierarchy = "created_at"
     inlines = [AttemptInline, RecoveryInline]
@@ -133,7 +224,17 @@ class TrainingJobAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         # The spec of a submitted job is history: operators read it, users copy it.
-        return [f.name for f in TrainingJob._meta.fields] if obj else []
+        # Env vars are shown masked: sensitive values never leave the database again.
+        if obj is None:
+            return []
+        return [f.name if f.name != "environments" else "env_vars" for f in TrainingJob._meta.fields]
+
+    def get_exclude(self, request, obj=None):
+        return ["environments"] if obj else []
+
+    @admin.display(description="Env vars")
+    def env_vars(self, obj):
+        return "\n".join(f"{e['name']}={e['value']}" for e in obj.environments_masked()) or "-"
 
     @admin.action(description="Force stop (terminate, no restart)")
     def force_stop(self, request, queryset):

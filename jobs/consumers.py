@@ -1,4 +1,5 @@
-"""Websockets of the job page. Authenticated, filtered like every page.
+"""Websockets of the job pages (one job, its logs) and of the job list. Authenticated,
+filtered like every page (jobs.access.visible_jobs).
 
 Messages from the workers only say what changed; the consumer re-reads the
 database or the persisted log and sends HTML fragments that htmx's ws
@@ -7,16 +8,21 @@ extension swaps in by id (hx-swap-oob).
 
 from __future__ import annotations
 
+from urllib.parse import parse_qs
+
 from asgiref.sync import async_to_sync
 from channels.generic.websocket import WebsocketConsumer
+from django.contrib.auth import get_user_model
+from django.http import QueryDict
 from django.template.loader import render_to_string
 
 from console import realtime
 
-from .access import visible_jobs
+from .access import visible_jobs, workspaces_of
 from .models import TaskRun, TrainingJob
 from .runtime.logs import LogLine, read_lines
 from .views.detail import job_live_fragments
+from .views.list import list_rows
 
 LOG_TAIL_LINES = 2000
 CLOSE_FORBIDDEN = 4403
@@ -121,3 +127,50 @@ class LogConsumer(_JobSocket):
         return render_to_string(
             "jobs/_log_lines.html", {"run": run, "lines": lines, "separator": separator and run is not None}
         )
+
+
+class JobListConsumer(WebsocketConsumer):
+    """Live rows of the job list: `/ws/jobs/?<the list's query>` (phase, name, sort_by, order, page).
+
+    Joins one group per workspace of the user. A change of a job re-renders the
+    page of rows, under the same query, only when the user may see that job now
+    or the rows last sent show it (it may have become invisible, or been deleted);
+    anything else sends nothing. The user is re-read on every change, so a
+    revoked permission or a deactivated account takes effect at once.
+    """
+
+    def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            self.accept()  # then 4403, which htmx's ws extension does not retry (see _JobSocket._refuse)
+            self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.user_id = user.pk
+        pairs = parse_qs(self.scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        self.params = QueryDict(mutable=True)
+        for key, values in pairs.items():
+            self.params.setlist(key, values)
+        self.groups_joined = [realtime.workspace_group(pk) for pk in workspaces_of(user).values_list("pk", flat=True)]
+        for group in self.groups_joined:
+            async_to_sync(self.channel_layer.group_add)(group, self.channel_name)
+        self.shown: set[str] = set()
+        self.accept()
+        self.send_rows(user)  # whatever changed between the page's render and this connect
+
+    def disconnect(self, code) -> None:
+        for group in getattr(self, "groups_joined", []):
+            async_to_sync(self.channel_layer.group_discard)(group, self.channel_name)
+
+    def jobs_changed(self, event) -> None:
+        user = get_user_model().objects.filter(pk=self.user_id, is_active=True).first()
+        if user is None:
+            self.close(code=CLOSE_FORBIDDEN)
+            return
+        job_id = str(event.get("job_id"))
+        if job_id in self.shown or visible_jobs(user).filter(id=job_id).exists():
+            self.send_rows(user)
+
+    def send_rows(self, user) -> None:
+        html, ids = list_rows(user, self.params)
+        self.shown = {str(pk) for pk in ids}
+        self.send(text_data=html)

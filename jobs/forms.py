@@ -1,13 +1,43 @@
+"""The create-job wizard's form (SPEC §3).
+
+The form only reshapes what the browser posts; every rule is TrainingJob.clean() and the
+model's field validators (full_clean), which the API runs too. So the form's own fields
+validate nothing that the model checks: no required flags, no max_length, no choice
+lists (an unknown choice is the model's "must be one of ..." message), and objects are
+chosen by name exactly as the API names them.
+
+List-valued settings (env vars, tags, mounts) come either as JSON in the field itself
+(`environments=[{"name": ..., ...}]`, what a script or a JavaScript row editor posts) or
+as numbered rows of inputs, `environments-0-name`, `environments-0-value`,
+`environments-0-sensitive`, ... (what a plain HTML form posts). Rows whose inputs are
+all empty are skipped, so a template can always render one blank row.
+"""
+
 from __future__ import annotations
 
+import json
 import secrets
 import string
 
 from django import forms
+from django.core.exceptions import ValidationError
+from django.db import models as db_models
 from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 
 from . import validators as v
-from .models import NOTIFIABLE_EVENTS, PresetImage, TrainingJob, Workspace
+from .models import (
+    NOTIFIABLE_EVENTS,
+    Dataset,
+    DockerHost,
+    Flavor,
+    KeyPair,
+    Model,
+    PresetImage,
+    PresetTemplate,
+    TrainingJob,
+    Workspace,
+)
 
 
 def default_job_name() -> str:
@@ -15,11 +45,169 @@ def default_job_name() -> str:
     return f"job-{timezone.now():%Y%m%d}-{suffix}"
 
 
+class LooseChoiceField(forms.TypedChoiceField):
+    """Renders the choices but leaves checking them to the model (one message for form and API)."""
+
+    def valid_value(self, value) -> bool:
+        return True
+
+
+class LooseMultipleChoiceField(forms.TypedMultipleChoiceField):
+    def valid_value(self, value) -> bool:
+        return True
+
+
+TRUE_STRINGS = {"on", "true", "1", "yes"}
+
+
+class RowsWidget(forms.Widget):
+    """Numbered rows of inputs (`<name>-<i>-<column>`), or JSON posted in `<name>` itself."""
+
+    def __init__(self, columns: dict[str, type], attrs=None):
+        super().__init__(attrs)
+        self.columns = columns
+
+    def _row_keys(self, data, name: str) -> dict[int, dict]:
+        rows: dict[int, dict] = {}
+        prefix = f"{name}-"
+        for key in data:
+            if not key.startswith(prefix):
+                continue
+            index, _, column = key[len(prefix) :].partition("-")
+            if index.isdigit() and column in self.columns:
+                rows.setdefault(int(index), {})[column] = data.get(key)
+        return rows
+
+    def value_from_datadict(self, data, files, name):
+        raw = data.get(name)
+        if raw not in (None, ""):
+            return raw
+        rows = self._row_keys(data, name)
+        return [rows[i] for i in sorted(rows)] if rows else None
+
+    def value_omitted_from_data(self, data, files, name) -> bool:
+        return name not in data and not self._row_keys(data, name)
+
+    def render(self, name, value, attrs=None, renderer=None):
+        rows = value if isinstance(value, list) else []
+        rows = [r for r in rows if isinstance(r, dict)] + [{}]  # and one blank row to add to
+
+        def cell(index: int, column: str, kind: type, row: dict):
+            field = f"{name}-{index}-{column}"
+            if kind is bool:
+                checked = " checked" if row.get(column) in (True, "on", "true") else ""
+                return format_html(
+                    '<td><input type="checkbox" name="{}" aria-label="{}"{}></td>', field, column, checked
+                )
+            text = "" if row.get(column) is None else str(row.get(column))
+            return format_html('<td><input type="text" name="{}" value="{}" aria-label="{}"></td>', field, text, column)
+
+        head = format_html_join("", "<th>{}</th>", ((c.replace("_", " "),) for c in self.columns))
+        body = format_html_join(
+            "",
+            "<tr>{}</tr>",
+            (
+                (format_html_join("", "{}", ((cell(i, c, k, row),) for c, k in self.columns.items())),)
+                for i, row in enumerate(rows)
+            ),
+        )
+        return format_html('<table class="rows" id="rows-{}"><tr>{}</tr>{}</table>', name, head, body)
+
+
+class RowsField(forms.Field):
+    """A list of objects with the given columns (str, bool or int values)."""
+
+    def __init__(self, columns: dict[str, type], **kwargs):
+        self.columns = columns
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("widget", RowsWidget(columns))
+        super().__init__(**kwargs)
+
+    def to_python(self, value):
+        if value in (None, "", []):
+            return []
+        if isinstance(value, str):
+            try:
+                parsed = json.loads(value)
+            except ValueError:
+                raise ValidationError(f"{self.label}: expected a JSON list of objects.") from None
+            return parsed  # the model checks the shape, as for the API
+        rows = []
+        for raw in value:
+            row = {}
+            for column, kind in self.columns.items():
+                item = raw.get(column)
+                if kind is bool:
+                    row[column] = str(item).strip().lower() in TRUE_STRINGS if item is not None else False
+                elif kind is int:
+                    text = "" if item is None else str(item).strip()
+                    row[column] = int(text) if text.lstrip("-").isdigit() else text
+                else:
+                    row[column] = "" if item is None else str(item)
+            if all(row[c] in ("", False) for c in self.columns):
+                continue
+            rows.append(row)
+        return rows
+
+
+ENV_COLUMNS = {"name": str, "value": str, "sensitive": bool}
+TAG_COLUMNS = {"key": str, "value": str}
+FS_MOUNT_COLUMNS = {"file_system": str, "path": str, "mount_path": str, "read_only": bool, "options": str}
+OBS_MOUNT_COLUMNS = {"obs_url": str, "mount_path": str}
+
+# Objects the form names exactly as the API does: (field, what, whose).
+NAMED_OBJECTS = [
+    ("flavor", "Flavor", None),
+    ("pool", "Resource pool", None),
+    ("preset_image", "Preset image", None),
+    ("preset_template", "Preset template", None),
+    ("observe_file_system", "File system", None),
+    ("ssh_key_pair", "key pair", "owner"),
+    ("publish_model", "model", "owner"),
+    ("base_model", "model", "owner"),
+]
+
+# Fields whose empty value means "the default" (as an absent key does in the API).
+NO_DEFAULT_WHEN_EMPTY = {"max_restarts", "name"}
+
+
+def _formfield(db_field, **kwargs):
+    if db_field.choices and not isinstance(db_field, db_models.ForeignKey):
+        kwargs["choices_form_class"] = LooseChoiceField
+    return db_field.formfield(**kwargs)
+
+
 class JobCreateForm(forms.ModelForm):
-    """The short create form. Validation is the model's (full_clean), shared with the API."""
+    """The create-job wizard. Validation is the model's (full_clean), shared with the API."""
 
     workspace = forms.ModelChoiceField(queryset=Workspace.objects.none(), empty_label=None)
-    notify_events = forms.MultipleChoiceField(
+    environments = RowsField(ENV_COLUMNS, label="Env vars", help_text=f"At most {v.ENV_MAX}; names like MY_VAR.")
+    env_file = forms.FileField(
+        required=False,
+        label="Import env vars from a file",
+        help_text=f"KEY=VALUE lines; the whole file is refused if the total would exceed {v.ENV_MAX}.",
+    )
+    affinity_hosts = LooseMultipleChoiceField(
+        required=False, widget=forms.CheckboxSelectMultiple, label="Affinity hosts"
+    )
+    file_system_mounts = RowsField(
+        FS_MOUNT_COLUMNS,
+        label="File system mounts",
+        help_text=f"At most {v.MOUNTS_MAX}; a file system may be mounted twice, a mount path only once. "
+        f"Mount options default to {v.DEFAULT_NFS_OPTIONS}.",
+    )
+    obs_mounts = RowsField(OBS_MOUNT_COLUMNS, label="Object storage mount", help_text="At most one bucket path.")
+    datasets = LooseMultipleChoiceField(
+        required=False,
+        coerce=int,
+        widget=forms.CheckboxSelectMultiple,
+        label="Datasets",
+        help_text=f"At most {v.DATASETS_MAX}: preset data or your own online data.",
+        error_messages={"invalid_choice": "Datasets are chosen by id (a whole number); got %(value)s."},
+    )
+    keep_logs = forms.BooleanField(required=False, label="Keep logs permanently")
+    tags = RowsField(TAG_COLUMNS, label="Tags", help_text=f"At most {v.TAGS_MAX} key/value pairs with unique keys.")
+    notify_events = LooseMultipleChoiceField(
         choices=[(str(kind), kind.label) for kind in NOTIFIABLE_EVENTS],
         required=False,
         widget=forms.CheckboxSelectMultiple,
@@ -28,78 +216,339 @@ class JobCreateForm(forms.ModelForm):
 
     class Meta:
         model = TrainingJob
+        formfield_callback = _formfield
         fields = [
             "workspace",
+            # mode and basic information
+            "training_mode",
+            "base_model",
             "name",
             "description",
+            # training
+            "preset_template",
+            "image_source",
+            "preset_image",
             "image",
+            "image_kind",
             "command",
+            "code_dir",
+            "code_backup_dir",
+            "local_code_dir",
+            "environments",
+            # resources
+            "pool_type",
+            "pool",
+            "spec_type",
+            "flavor",
+            "custom_cpus",
+            "custom_memory_gb",
+            "custom_gpus",
             "node_count",
+            "affinity",
+            "affinity_strength",
+            "affinity_hosts",
+            "file_system_mounts",
+            "obs_mounts",
+            "priority",
+            "preemptible",
+            # data
+            "datasets",
+            # storage
+            "store_artifacts",
+            "artifact_path",
+            "artifact_mount_path",
+            "auto_publish",
+            "publish_as",
+            "model_name",
+            "model_type",
+            "model_brand",
+            "model_description",
+            "publish_model",
+            "version_description",
+            # high availability
             "fault_tolerance",
             "max_restarts",
             "unconditional_restart",
             "hang_restart",
             "pod_retry_num",
+            "operator_reexecution",
             "hang_window_s",
+            # access
+            "jupyter_lab",
+            "ssh_remote",
+            "ssh_key_pair",
+            "mutual_trust",
+            "mutual_trust_dir",
+            # observe
+            "tensorboard",
+            "mindstudio_insight",
+            "observe_file_system",
+            "observe_path",
+            "metrics_mode",
+            "metrics_path",
+            "metrics_port",
+            "metrics_command",
+            "metrics_args",
+            # more
+            "keep_logs",
+            "log_export_path",
+            "log_time_range_download",
+            "visibility",
+            "auto_stop_hours",
+            "retention_hours",
+            "tags",
             "notify_webhook_url",
             "notify_emails",
             "notify_events",
         ]
         labels = {
-            "node_count": "Instance count",
+            "base_model": "Base model",
+            "preset_template": "Preset template",
+            "image_source": "Image source",
+            "preset_image": "Preset image",
+            "image_kind": "Custom image type",
             "command": "Start command",
+            "code_dir": "Code dir",
+            "code_backup_dir": "Code backup dir",
+            "local_code_dir": "Local code dir",
+            "pool_type": "Resource pool type",
+            "pool": "Resource pool",
+            "spec_type": "Spec type",
+            "custom_cpus": "CPUs",
+            "custom_memory_gb": "Memory (GB)",
+            "custom_gpus": "GPUs",
+            "node_count": "Instance count",
+            "affinity": "Affinity",
+            "affinity_strength": "Affinity strength",
+            "preemptible": "Allow preemption",
+            "store_artifacts": "Store training artifacts",
+            "artifact_path": "Artifact storage path",
+            "artifact_mount_path": "Artifact mount path",
+            "auto_publish": "Auto-publish the final model",
+            "publish_as": "Publish as",
+            "model_name": "Model name",
+            "model_type": "Model type",
+            "model_brand": "Model brand",
+            "model_description": "Model description",
+            "publish_model": "Existing model",
+            "version_description": "Version description",
             "fault_tolerance": "Fault tolerance (automatic restart)",
             "unconditional_restart": "Unconditional restart",
             "hang_restart": "Hang restart",
             "pod_retry_num": "Instance rescheduling count",
+            "operator_reexecution": "Operator re-execution",
             "hang_window_s": "Hang detection window (seconds)",
+            "jupyter_lab": "JupyterLab",
+            "ssh_remote": "SSH remote development",
+            "ssh_key_pair": "Key pair",
+            "mutual_trust": "Generate mutual-trust SSH files",
+            "mutual_trust_dir": "Mutual-trust SSH files dir",
+            "tensorboard": "TensorBoard",
+            "mindstudio_insight": "MindStudio Insight",
+            "observe_file_system": "Summary file system",
+            "observe_path": "Summary path",
+            "metrics_mode": "Prometheus metrics",
+            "metrics_path": "Metrics URL path",
+            "metrics_port": "Metrics port",
+            "metrics_command": "Metrics command",
+            "metrics_args": "Metrics command arguments",
+            "log_export_path": "Log path",
+            "log_time_range_download": "Log download by time range",
+            "visibility": "Visible to",
+            "auto_stop_hours": "Auto stop after (hours)",
+            "retention_hours": "Retention (hours)",
             "notify_webhook_url": "Webhook URL",
             "notify_emails": "E-mail addresses",
         }
         help_texts = {
             "name": v.JOB_NAME_RULE,
-            "description": "Optional, up to 256 characters.",
-            "image": "A preset image or a local image reference (no registry is reachable).",
+            "description": f"Optional: {v.DESCRIPTION_RULE}.",
+            "image": "A custom image reference (no registry is reachable: the image must be on the hosts).",
+            "image_kind": "What the custom image is built for; on the public pool it must match the flavor.",
             "command": "Runs inside the container with sh -c; ';' and '&&' chains allowed.",
+            "code_dir": "obs://bucket/path/ (ending in '/'); required with a preset image; at most 5 GB, "
+            "1000 files, 32 levels deep. Appears at ${MA_JOB_DIR}/<last folder>.",
+            "code_backup_dir": "Optional obs:// folder: the local code folder is copied to "
+            "<dir>/<job>-<task>-<index>/user-job-dir/<folder> at start.",
+            "local_code_dir": f"Default {v.DEFAULT_LOCAL_CODE_DIR}; not /home/ma-user nor under "
+            "/home/ma-user/modelarts/, /home/ma-user/modelarts-dev/, /home/ma-user/infer/.",
+            "spec_type": "Dedicated pools: a preset flavor or a custom spec no larger than the pool's node size.",
             "node_count": "1 or more; more than 1 runs a distributed job.",
+            "priority": "Dedicated pools: 1-3 (3 needs the permission 'may use high priority').",
+            "preemptible": "Dedicated pools: the job may be stopped and re-queued to make room.",
+            "artifact_path": "obs://bucket/path/ where the job's outputs are kept.",
+            "artifact_mount_path": "Letters, digits, '-', '_', '/'; "
+            "not /home/, /home/ma-user/, /home/ma-user/modelarts/.",
+            "model_name": v.MODEL_NAME_RULE,
+            "version_description": f"Optional, up to {v.VERSION_DESCRIPTION_MAX} characters. "
+            "The version (V1, or the previous one + 1) is set by the platform.",
             "max_restarts": "1-128, used when fault tolerance is on.",
             "unconditional_restart": "Restart whatever the failure, at most 3 times in a row; consumes max restarts.",
             "hang_restart": "Restart a stuck job in place, at most 3 times in a row; does not consume max restarts.",
             "pod_retry_num": "0-128: how often one instance of a multi-instance job may move off a lost host.",
+            "operator_reexecution": "Retry a failed communication operator (an Ascend feature): passed to the "
+            "container as configuration (MA_OPERATOR_REEXECUTION=1); the console does nothing else with it.",
             "hang_window_s": "Suspected hang after this long without CPU, log or GPU use; empty: platform default.",
+            "ssh_remote": "Needs a key pair of yours; excludes mutual-trust SSH files.",
+            "mutual_trust": f"Directory default {v.DEFAULT_MUTUAL_TRUST_DIR}; excludes SSH remote development.",
+            "tensorboard": "Dedicated pools; needs a file system; excludes MindStudio Insight.",
+            "mindstudio_insight": "Dedicated pools; needs a file system; excludes TensorBoard.",
+            "metrics_command": "Prints Prometheus text within seconds, e.g. 'cat'.",
+            "log_export_path": "obs://bucket/path/; required when logs are kept permanently.",
+            "auto_stop_hours": "Empty: off. 1, 2, 4, 6 or a custom 1-720 hours; time queued does not count.",
+            "retention_hours": "Dedicated pools: keep the containers 1-720 hours after the end; "
+            "not with fault tolerance.",
             "notify_webhook_url": "Receives a JSON POST per subscribed event (retried on failure).",
             "notify_emails": "Comma-separated.",
         }
         widgets = {
             "command": forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
             "image": forms.TextInput(attrs={"list": "preset-images", "spellcheck": "false"}),
+            "description": forms.TextInput(),
+            "model_description": forms.Textarea(attrs={"rows": 2}),
+            "version_description": forms.Textarea(attrs={"rows": 2}),
         }
 
-    def __init__(self, *args, user=None, **kwargs):
+    def __init__(self, *args, user=None, template: PresetTemplate | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         from .access import workspaces_of
 
+        self.user = user
         self.fields["workspace"].queryset = workspaces_of(user)
-        self.fields["command"].required = False  # the model says why, with its own message
-        self.fields["max_restarts"].required = False
-        self.fields["pod_retry_num"].required = False
-        self.fields["hang_window_s"].required = False
+        for name, field in self.fields.items():
+            if name == "workspace":
+                continue
+            # The model validates; the form only converts (see the module docstring).
+            field.required = False
+            field.validators = []
+            if hasattr(field, "max_length"):
+                field.max_length = None
+            if isinstance(field, LooseChoiceField):
+                # ModelForm shows a model error with the form field's message of the same code:
+                # give the field the model's, so the form says what the API says.
+                model_field = TrainingJob._meta.get_field(name)
+                field.error_messages["invalid_choice"] = model_field.error_messages["invalid_choice"]
+        for name, what, whose in NAMED_OBJECTS:
+            field = self.fields[name]
+            field.to_field_name = "name"
+            if whose:
+                field.queryset = field.queryset.filter(owner=user) if user is not None else field.queryset.none()
+                field.error_messages["invalid_choice"] = f"You have no {what} named '%(value)s'."
+            else:
+                field.error_messages["invalid_choice"] = f"{what} '%(value)s' does not exist."
+        self.fields["datasets"].choices = [
+            (d.id, f"{d.name} ({'preset' if d.is_preset else 'mine'})") for d in self.dataset_choices
+        ]
+        self.fields["affinity_hosts"].choices = [
+            (h.name, f"{h.name} ({h.pool or 'no pool'})") for h in DockerHost.objects.select_related("pool")
+        ]
         if not self.is_bound:
             self.initial.setdefault("name", default_job_name())
-            preset = PresetImage.objects.order_by("id").first()
-            if preset:
-                self.initial.setdefault("image", preset.image_ref)
+            if template is not None:
+                self.initial.update(self.template_initial(template))
+            else:
+                preset = PresetImage.objects.order_by("id").first()
+                if preset:
+                    self.initial.setdefault("image", preset.image_ref)
+
+    # -- what the template shows ------------------------------------------------------------------
+    @property
+    def presets(self):
+        return PresetImage.objects.order_by("name")
+
+    @property
+    def templates(self):
+        return PresetTemplate.objects.select_related("image")
+
+    @property
+    def dataset_choices(self):
+        """Preset data and the user's own online data."""
+        mine = db_models.Q(owner__isnull=True)
+        if self.user is not None and self.user.is_authenticated:
+            mine |= db_models.Q(owner=self.user)
+        return Dataset.objects.filter(mine, online=True)
+
+    @property
+    def npu_flavors(self) -> list[str]:
+        """Flavors for which the page turns "keep logs permanently" on by default."""
+        return list(Flavor.objects.filter(npu=True).values_list("name", flat=True))
+
+    @property
+    def key_pairs(self):
+        return KeyPair.objects.filter(owner=self.user) if self.user is not None else KeyPair.objects.none()
+
+    @property
+    def my_models(self):
+        return Model.objects.filter(owner=self.user) if self.user is not None else Model.objects.none()
+
+    @staticmethod
+    def template_initial(template: PresetTemplate) -> dict:
+        """Initial values after choosing a preset template (the page's "Select preset template")."""
+        job = template.apply_template(TrainingJob())
+        return {
+            "preset_template": template.name,
+            "description": job.description,
+            "image_source": job.image_source,
+            "preset_image": job.preset_image.name if job.preset_image_id else None,
+            "image": job.image,
+            "image_kind": job.image_kind,
+            "command": job.command,
+            "code_dir": job.code_dir,
+            "local_code_dir": job.local_code_dir,
+            "environments": job.environments,
+        }
+
+    # -- conversion -------------------------------------------------------------------------------------
+    def _update_errors(self, errors):
+        """Model errors of a field the form could not even convert are left out: the API, which
+        stops at such a value, reports it alone too."""
+        if hasattr(errors, "error_dict") and self._errors:
+            kept = {f: m for f, m in errors.error_dict.items() if f not in self._errors}
+            if not kept:
+                return
+            errors = ValidationError(kept)
+        super()._update_errors(errors)
 
     def clean_max_restarts(self):
         value = self.cleaned_data.get("max_restarts")
         return 3 if value is None and not self.data.get("fault_tolerance") else value
 
-    def clean_pod_retry_num(self):
-        return self.cleaned_data.get("pod_retry_num") or 0
+    def clean(self):
+        cleaned = super().clean()
+        for field in self._meta.model._meta.fields:
+            if field.name not in cleaned or field.name in NO_DEFAULT_WHEN_EMPTY or not field.has_default():
+                continue
+            if isinstance(field, db_models.BooleanField):
+                continue
+            if cleaned[field.name] in (None, "") or cleaned[field.name] == []:
+                cleaned[field.name] = field.get_default()
+        upload = cleaned.get("env_file")
+        if upload:
+            self._import_env_file(upload, cleaned)
+        self._check_quota()
+        return cleaned
 
-    def clean_hang_window_s(self):
-        return self.cleaned_data.get("hang_window_s") or 0
+    def _check_quota(self) -> None:
+        """SPEC §3 "quota": the account rule the API view applies too (jobs.access.check_quota).
+        The view should also call it in the transaction that saves, where it locks the account."""
+        from .access import check_quota
 
-    @property
-    def presets(self):
-        return PresetImage.objects.order_by("name")
+        try:
+            check_quota(self.user)
+        except ValidationError as exc:
+            self.add_error(None, exc)
+
+    def _import_env_file(self, upload, cleaned) -> None:
+        current = cleaned.get("environments")
+        current = current if isinstance(current, list) else []
+        try:
+            text = upload.read().decode("utf-8-sig")
+        except UnicodeDecodeError:
+            self.add_error("env_file", "Env var import refused: the file is not UTF-8 text. Nothing was imported.")
+            return
+        try:
+            rows = v.parse_env_file(text, existing=len(current))
+        except ValidationError as exc:
+            self.add_error("env_file", exc)
+            return
+        cleaned["environments"] = current + rows

@@ -3,6 +3,7 @@ from django.urls import path
 from . import consumers
 
 websocket_urlpatterns = [
+    path("ws/jobs/", consumers.JobListConsumer.as_asgi()),
     path("ws/jobs/<uuid:job_id>/", consumers.JobConsumer.as_asgi()),
     path("ws/jobs/<uuid:job_id>/logs/<int:index>/", consumers.LogConsumer.as_asgi()),
 ]

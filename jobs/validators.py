@@ -1,12 +1,250 @@
-"""Field rules of SPEC §3 that more than one model or form uses."""
+"""Field rules of SPEC §3: the limits, their messages and the checks that more than one
+model, the form or the API use.
 
+Every message names the field and the limit. The limits are module constants so that
+a test (or an operator's fork) can change one in a single place.
+"""
+
+from __future__ import annotations
+
+import posixpath
 import re
 
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
+from django.utils.deconstruct import deconstructible
 
+# -- limits ------------------------------------------------------------------------------------------
+MAX_RESTARTS_MIN, MAX_RESTARTS_MAX = 1, 128
+NODE_COUNT_MIN, NODE_COUNT_MAX = 1, 64
+POD_RETRY_MAX = 128
+DESCRIPTION_MAX = 256
+ENV_MAX = 100
+ENV_VALUE_MAX = 4096
+MOUNTS_MAX = 15
+OBS_MOUNTS_MAX = 1
+DATASETS_MAX = 3
+TAGS_MAX = 20
+TAG_KEY_MAX, TAG_VALUE_MAX = 128, 255
+PRIORITY_MIN, PRIORITY_MAX, PRIORITY_DEFAULT = 1, 3, 1
+HOURS_MIN, HOURS_MAX = 1, 720
+HOUR_PRESETS = (1, 2, 4, 6)
+PORT_MIN, PORT_MAX = 1, 65535
+MODEL_NAME_MIN, MODEL_NAME_MAX = 2, 128
+VERSION_DESCRIPTION_MAX = 256
+# Code dir at submission (seed 002): <= 5 GB, <= 1000 files, depth <= 32.
+CODE_DIR_MAX_BYTES = 5 * 1024**3
+CODE_DIR_MAX_FILES = 1000
+CODE_DIR_MAX_DEPTH = 32
+
+# -- container paths -----------------------------------------------------------------------------------
+MA_USER_HOME = "/home/ma-user"
+DEFAULT_LOCAL_CODE_DIR = "/home/ma-user/modelarts/user-job-dir"
+DEFAULT_MUTUAL_TRUST_DIR = "/home/ma-user/.ssh"
+DEFAULT_SUMMARY_PATH = "/home/ma-user/summary"
+DEFAULT_ARTIFACT_MOUNT_PATH = "/home/ma-user/outputs"
+DEFAULT_NFS_OPTIONS = "vers=3,timeo=600,nolock,hard"
+# A custom local code dir may be none of these nor below the last three (seed 002).
+LOCAL_CODE_DIR_FORBIDDEN = "/home/ma-user"
+LOCAL_CODE_DIR_FORBIDDEN_TREES = ("/home/ma-user/modelarts", "/home/ma-user/modelarts-dev", "/home/ma-user/infer")
+# Mount paths (file systems, the object storage mount, TensorBoard / MindStudio Insight).
+MOUNT_FORBIDDEN = ("/", "/cache")
+MOUNT_FORBIDDEN_TREES = ("/home/ma-user/modelarts",)
+# What the platform itself mounts or the kernel owns (jobs/runtime/docker_hosts.py).
+PLATFORM_TREES = ("/job-data", "/etc/volcano", "/tmp/.console", "/proc", "/sys", "/dev")
+# The artifact mount path may not be one of these system directories (seed 002).
+ARTIFACT_MOUNT_FORBIDDEN = ("/", "/home", "/home/ma-user", "/home/ma-user/modelarts")
+
+# -- names -----------------------------------------------------------------------------------------------
 JOB_NAME_RULE = "1-64 characters: letters, digits, '-' and '_'"
 job_name_validator = RegexValidator(r"^[A-Za-z0-9_-]{1,64}$", f"Name must be {JOB_NAME_RULE}.")
 
+CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+DESCRIPTION_RULE = (
+    f"0-{DESCRIPTION_MAX} characters: letters, CJK characters, digits, space, '-', '_', ',', '.', '，' and '。'"
+)
+DESCRIPTION_RE = re.compile(rf"^[A-Za-z0-9{CJK} _\-,.，。]*$")
+
+
+def validate_description(value: str) -> None:
+    if value and (len(value) > DESCRIPTION_MAX or not DESCRIPTION_RE.match(value)):
+        bad = sorted({c for c in value if not DESCRIPTION_RE.match(c)})
+        detail = f" (not allowed: {' '.join(repr(c) for c in bad)})" if bad else f" (it has {len(value)})"
+        raise ValidationError(f"Description must be {DESCRIPTION_RULE}{detail}.", code="description")
+
+
+MODEL_NAME_RULE = (
+    f"{MODEL_NAME_MIN}-{MODEL_NAME_MAX} characters of CJK characters, letters, digits, '-' and '_', "
+    "starting with a CJK character or a letter and ending with a CJK character, a letter or a digit"
+)
+MODEL_NAME_RE = re.compile(rf"^[A-Za-z{CJK}][A-Za-z0-9_\-{CJK}]*[A-Za-z0-9{CJK}]$")
+
+
+def validate_model_name(value: str) -> None:
+    if not (MODEL_NAME_MIN <= len(value) <= MODEL_NAME_MAX) or not MODEL_NAME_RE.match(value):
+        raise ValidationError(f"Model name must be {MODEL_NAME_RULE}.", code="model_name")
+
+
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The platform sets these in every container (SPEC §8, jobs/runtime/docker_hosts.py) and owns every MA_*
+# name (MA_JOB_DIR, MA_ATTEMPT, ... and those it adds later): a job may not override them.
+PLATFORM_ENV_NAMES = frozenset({"VC_TASK_INDEX", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})
+PLATFORM_ENV_PREFIXES = ("MA_",)
+
+TAG_RE = re.compile(rf"^[A-Za-z0-9{CJK} _.:=+\-@/]*$")
+TAG_RULE = "letters, digits, CJK characters, space and _ . : = + - @ /"
+
+# -- object storage paths (SPEC §8: obs://bucket/path/) ---------------------------------------------------
+OBS_BUCKET = r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
+OBS_DIR_RE = re.compile(rf"^obs://(?P<bucket>{OBS_BUCKET})/(?P<key>(?:[^/\x00-\x1f]+/)*)$")
+OBS_DIR_RULE = "an object storage folder 'obs://bucket/path/' (starting with obs:// and ending with '/')"
+
+
+def parse_obs_dir(value: str) -> tuple[str, str] | None:
+    """(bucket, key) of an `obs://bucket/path/` folder, or None when it is not one."""
+    if not isinstance(value, str):
+        return None
+    match = OBS_DIR_RE.match(value)
+    if not match:
+        return None
+    key = match["key"]
+    if any(part in (".", "..") for part in key.split("/")):
+        return None
+    return match["bucket"], key
+
+
+@deconstructible
+class _LabelledValidator:
+    """A validator whose message names the field (`label`); deconstructible for migrations."""
+
+    def __init__(self, label: str):
+        self.label = label
+
+    def __eq__(self, other) -> bool:
+        return type(self) is type(other) and self.label == other.label
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.label))
+
+
+class obs_dir_validator(_LabelledValidator):  # noqa: N801 - used like a function
+    def __call__(self, value: str) -> None:
+        if value and parse_obs_dir(value) is None:
+            raise ValidationError(f"{self.label} must be {OBS_DIR_RULE}; got '{value}'.", code="obs_dir")
+
+
+# -- container paths ---------------------------------------------------------------------------------------
+_PATH_RE = re.compile(r"^/[A-Za-z0-9._/-]*$")
+
+
+def normalized_path(value: str) -> str | None:
+    """The absolute path without a trailing '/', or None when it is not a plain absolute path
+    (relative, '..' or '.' parts, '//', characters other than letters, digits, '.', '_', '-')."""
+    if not isinstance(value, str) or not value or not _PATH_RE.match(value) or "//" in value:
+        return None
+    parts = value.strip("/").split("/")
+    if any(p in (".", "..") for p in parts if p):
+        return None
+    return posixpath.normpath(value) if value != "/" else "/"
+
+
+def _within(path: str, tree: str) -> bool:
+    return path == tree or path.startswith(tree + "/")
+
+
+def validate_local_code_dir(value: str) -> None:
+    if value == DEFAULT_LOCAL_CODE_DIR:
+        return
+    path = normalized_path(value)
+    rule = (
+        f"Local code dir must be an absolute path (letters, digits, '.', '_', '-') that is not "
+        f"{LOCAL_CODE_DIR_FORBIDDEN} nor under {', '.join(t + '/' for t in LOCAL_CODE_DIR_FORBIDDEN_TREES)} "
+        f"(default {DEFAULT_LOCAL_CODE_DIR})"
+    )
+    if path is None or path == "/" or path == LOCAL_CODE_DIR_FORBIDDEN:
+        raise ValidationError(f"{rule}; got '{value}'.", code="local_code_dir")
+    if any(_within(path, tree) for tree in LOCAL_CODE_DIR_FORBIDDEN_TREES):
+        raise ValidationError(f"{rule}; got '{value}'.", code="local_code_dir")
+
+
+MOUNT_PATH_RULE = (
+    "an absolute path (letters, digits, '.', '_', '-') that is not / nor /cache, "
+    "not /home/ma-user/modelarts or below it, and not a platform path "
+    f"({', '.join(PLATFORM_TREES)})"
+)
+
+
+def mount_path_error(value: str, label: str = "Mount path") -> str | None:
+    """Why `value` cannot be a mount path in a job's containers, or None."""
+    path = normalized_path(value)
+    if (
+        path is None
+        or path in MOUNT_FORBIDDEN
+        or any(_within(path, tree) for tree in MOUNT_FORBIDDEN_TREES + PLATFORM_TREES)
+    ):
+        return f"{label} must be {MOUNT_PATH_RULE}; got '{value}'."
+    return None
+
+
+class mount_path_validator(_LabelledValidator):  # noqa: N801 - used like a function
+    def __call__(self, value: str) -> None:
+        if value and (message := mount_path_error(value, self.label)):
+            raise ValidationError(message, code="mount_path")
+
+
+ARTIFACT_MOUNT_RULE = (
+    "an absolute path of letters, digits, '-', '_' and '/', not "
+    + ", ".join(p if p == "/" else p + "/" for p in ARTIFACT_MOUNT_FORBIDDEN)
+    + " (system directories)"
+)
+_ARTIFACT_MOUNT_RE = re.compile(r"^/[A-Za-z0-9_/-]*$")
+
+
+def validate_artifact_mount_path(value: str) -> None:
+    if not value:
+        return
+    path = normalized_path(value) if _ARTIFACT_MOUNT_RE.match(value) else None
+    if path is None or path in ARTIFACT_MOUNT_FORBIDDEN:
+        raise ValidationError(f"Artifact mount path must be {ARTIFACT_MOUNT_RULE}; got '{value}'.", code="mount_path")
+    if message := mount_path_error(value, "Artifact mount path"):
+        raise ValidationError(message, code="mount_path")
+
+
+class validate_directory(_LabelledValidator):  # noqa: N801 - used like a function
+    def __call__(self, value: str) -> None:
+        path = normalized_path(value or "")
+        if value and (path is None or path == "/"):
+            raise ValidationError(
+                f"{self.label} must be an absolute directory other than / (letters, digits, '.', '_', '-'); "
+                f"got '{value}'.",
+                code="directory",
+            )
+
+
+NFS_OPTION_RE = re.compile(r"^[A-Za-z0-9_]+(?:=[A-Za-z0-9_.:/-]+)?$")
+
+
+def nfs_options_error(value: str) -> str | None:
+    bad = [opt for opt in (value or "").split(",") if not NFS_OPTION_RE.match(opt.strip())]
+    if bad:
+        return (
+            f"Mount options must be comma-separated NFS options like '{DEFAULT_NFS_OPTIONS}'; "
+            f"not an option: {', '.join(repr(b) for b in bad)}."
+        )
+    return None
+
+
+# -- hours ------------------------------------------------------------------------------------------------
+def hours_error(label: str, value, empty: str = "off") -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not (HOURS_MIN <= value <= HOURS_MAX):
+        presets = ", ".join(str(h) for h in HOUR_PRESETS)
+        return f"{label} must be {presets} or a custom {HOURS_MIN}-{HOURS_MAX} hours (empty: {empty}); got {value}."
+    return None
+
+
+# -- images ------------------------------------------------------------------------------------------------
 # Docker's reference grammar (distribution/reference), lower-case repository
 # path, optional registry host:port, tag and digest.
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*"
@@ -17,7 +255,66 @@ IMAGE_REFERENCE_RE = re.compile(
 IMAGE_RULE = "a Docker image reference such as 'name:tag' or 'registry:5000/team/name:tag' (lower-case path)"
 image_reference_validator = RegexValidator(IMAGE_REFERENCE_RE, f"Image must be {IMAGE_RULE}.")
 
-MAX_RESTARTS_MIN, MAX_RESTARTS_MAX = 1, 128
-NODE_COUNT_MIN, NODE_COUNT_MAX = 1, 64
-POD_RETRY_MAX = 128
 EMAIL_RE = re.compile(r"^[^@\s,]+@[^@\s,]+\.[^@\s,]+$")
+
+SSH_PUBLIC_KEY_RE = re.compile(
+    r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com) [A-Za-z0-9+/]+={0,3}( [^\n]*)?$"
+)
+
+
+def validate_ssh_public_key(value: str) -> None:
+    if not SSH_PUBLIC_KEY_RE.match((value or "").strip()):
+        raise ValidationError(
+            "Public key must be one OpenSSH public key line ('ssh-ed25519 AAAA... comment').", code="public_key"
+        )
+
+
+# -- env vars -------------------------------------------------------------------------------------------------
+def env_name_error(name) -> str | None:
+    if not isinstance(name, str) or not ENV_NAME_RE.match(name):
+        return f"'{name}' is not a valid name: letters, digits and '_', not starting with a digit"
+    if name in PLATFORM_ENV_NAMES or name.startswith(PLATFORM_ENV_PREFIXES):
+        return f"'{name}' is set by the platform (as are all MA_* names) and cannot be overridden"
+    return None
+
+
+ENV_FILE_LINE_RE = re.compile(r"^\s*(?:export\s+)?([^=\s]+)\s*=(.*)$")
+
+
+def parse_env_file(text: str, existing: int = 0) -> list[dict]:
+    """Env vars from a file of KEY=VALUE lines (blank lines and # comments skipped, optional
+    `export `, optional matching quotes around the value), for the batch import of SPEC §3.
+
+    The import is all or nothing: a bad line, a bad or repeated name, or a total (with the
+    `existing` variables of the job) over ENV_MAX refuses the whole file.
+    """
+    rows: list[dict] = []
+    problems: list[str] = []
+    seen: set[str] = set()
+    for number, line in enumerate((text or "").splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        match = ENV_FILE_LINE_RE.match(line)
+        if not match:
+            problems.append(f"line {number} is not KEY=VALUE")
+            continue
+        name, value = match[1], match[2].strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        if error := env_name_error(name):
+            problems.append(f"line {number}: {error}")
+        elif name in seen:
+            problems.append(f"line {number}: '{name}' is repeated")
+        seen.add(name)
+        rows.append({"name": name, "value": value, "sensitive": False})
+    if existing + len(rows) > ENV_MAX:
+        raise ValidationError(
+            f"Env var import refused: the file has {len(rows)} variables and the job already has {existing}; "
+            f"at most {ENV_MAX} env vars in total. Nothing was imported.",
+            code="env_import",
+        )
+    if problems:
+        raise ValidationError(
+            "Env var import refused, nothing was imported: " + "; ".join(problems[:5]) + ".", code="env_import"
+        )
+    return rows

@@ -1,24 +1,26 @@
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from jobs.access import visible_jobs, workspaces_of
+from jobs import listing
+from jobs.access import check_quota, visible_jobs, workspaces_of
+from jobs.listing import JobQuery
 from jobs.models import FINAL_PHASES, TaskRun, TrainingJob, Workspace
 from jobs.runtime import lifecycle
 from jobs.runtime.logs import read_lines
 
-from .serializers import (
-    TrainingJobCreateSerializer,
-    event_representation,
-    job_representation,
-    recovery_representation,
-)
+from . import schema as s
+from .representations import event_representation, job_representation, recovery_representation
+from .serializers import TrainingJobCreateSerializer
 
 
 def _workspace(request, project_id: str) -> Workspace:
@@ -32,35 +34,92 @@ def _job(request, project_id: str, job_id) -> TrainingJob:
     )
 
 
+def _error(status_code: int, errors: dict[str, list[str]]) -> Response:
+    field, messages = next(iter(errors.items()))
+    return Response(
+        {"error_code": f"Console.{status_code}", "error_msg": f"{field}: {messages[0]}", "errors": errors},
+        status=status_code,
+    )
+
+
+@extend_schema(tags=[s.TAG])
 class TrainingJobList(APIView):
+    @extend_schema(
+        operation_id="list_training_jobs",
+        summary="List the training jobs of a project",
+        description="The jobs of the project the caller may see (creator-only jobs of others need "
+        '"may list all jobs"), filtered, sorted and paged like the job list page.',
+        parameters=s.LIST_PARAMETERS,
+        responses={200: OpenApiResponse(s.JOB_LIST), 400: s.BAD_REQUEST, 404: s.NOT_FOUND},
+        examples=[s.LIST_EXAMPLE],
+    )
     def get(self, request, project_id: str):
         workspace = _workspace(request, project_id)
-        jobs = visible_jobs(request.user).filter(workspace=workspace).select_related("workspace", "created_by")
-        if phase := request.query_params.get("phase"):
-            jobs = jobs.filter(phase__iexact=phase)
-        if name := request.query_params.get("name"):
-            jobs = jobs.filter(name__icontains=name)
+        query, errors = JobQuery.parse(request.query_params)
+        if errors:
+            return _error(status.HTTP_400_BAD_REQUEST, errors)
+        jobs = query.apply(
+            visible_jobs(request.user).filter(workspace=workspace).select_related("workspace", "created_by", "flavor")
+        )
         paginator = LimitOffsetPagination()
         page = paginator.paginate_queryset(jobs, request, view=self)
-        return Response({"count": paginator.count, "items": [job_representation(j) for j in page]})
+        return Response(
+            {
+                "count": paginator.count,
+                "limit": paginator.limit,
+                "offset": paginator.offset,
+                "sort_by": query.sort_by,
+                "order": query.order,
+                "items": [job_representation(j) for j in page],
+            }
+        )
 
+    @extend_schema(
+        operation_id="create_training_job",
+        summary="Create a training job",
+        description="Validates the body with the same rules as the wizard, refuses the account's 10,001st job "
+        "(quota), saves and queues the job.",
+        request={"application/json": s.CREATE_BODY},
+        responses={201: OpenApiResponse(s.JOB), 400: s.BAD_REQUEST, 404: s.NOT_FOUND},
+        examples=[s.CREATE_EXAMPLE, s.JOB_EXAMPLE, s.QUOTA_EXAMPLE],
+    )
     def post(self, request, project_id: str):
         workspace = _workspace(request, project_id)
         serializer = TrainingJobCreateSerializer(
             data=request.data, context={"workspace": workspace, "user": request.user}
         )
-        serializer.is_valid(raise_exception=True)
         with transaction.atomic():
+            try:
+                check_quota(request.user)  # locks the account's row until the job is saved
+            except DjangoValidationError as exc:
+                return _error(status.HTTP_400_BAD_REQUEST, {"quota": exc.messages})
+            serializer.is_valid(raise_exception=True)
             job = serializer.save()
             lifecycle.submit(job)
         job.refresh_from_db()
         return Response(job_representation(job), status=status.HTTP_201_CREATED)
 
 
+@extend_schema(tags=[s.TAG])
 class TrainingJobDetail(APIView):
+    @extend_schema(
+        operation_id="show_training_job",
+        summary="A training job: status.phase, restart counters and the HA settings it runs with",
+        responses={200: OpenApiResponse(s.JOB), 404: s.NOT_FOUND},
+        examples=[s.JOB_EXAMPLE],
+    )
     def get(self, request, project_id: str, job_id):
         return Response(job_representation(_job(request, project_id, job_id)))
 
+    @extend_schema(
+        operation_id="delete_training_job",
+        summary="Delete a finished training job",
+        responses={
+            204: OpenApiResponse(description="Deleted."),
+            404: s.NOT_FOUND,
+            409: OpenApiResponse(s.ERROR, description="The job has not ended: terminate it first."),
+        },
+    )
     def delete(self, request, project_id: str, job_id):
         job = _job(request, project_id, job_id)
         if job.phase not in FINAL_PHASES:
@@ -68,11 +127,27 @@ class TrainingJobDetail(APIView):
                 {"error_code": "Console.409", "error_msg": f"Job is {job.phase}: terminate it before deleting it."},
                 status=status.HTTP_409_CONFLICT,
             )
-        job.delete()
+        workspace_id, deleted_id = job.workspace_id, job.id
+        with transaction.atomic():
+            job.delete()
+            # Job lists showing it re-render without it.
+            transaction.on_commit(lambda: listing.announce_to_workspace(workspace_id, deleted_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+@extend_schema(tags=[s.TAG])
 class TrainingJobActions(APIView):
+    @extend_schema(
+        operation_id="act_on_training_job",
+        summary="Act on a training job (terminate)",
+        request={"application/json": s.ACTION_BODY},
+        responses={
+            202: OpenApiResponse(s.JOB, description="Termination requested."),
+            400: s.BAD_REQUEST,
+            404: s.NOT_FOUND,
+        },
+        examples=[s.TERMINATE_EXAMPLE],
+    )
     def post(self, request, project_id: str, job_id):
         job = _job(request, project_id, job_id)
         action = request.data.get("action_type") if isinstance(request.data, dict) else None
@@ -90,14 +165,27 @@ class TrainingJobActions(APIView):
         return Response(job_representation(job), status=status.HTTP_202_ACCEPTED)
 
 
+@extend_schema(tags=[s.TAG])
 class TrainingJobRecoveries(APIView):
+    @extend_schema(
+        operation_id="list_training_job_recoveries",
+        summary="The fault recovery records of a job",
+        responses={200: OpenApiResponse(s.listing(s.RECOVERY)), 404: s.NOT_FOUND},
+    )
     def get(self, request, project_id: str, job_id):
         job = _job(request, project_id, job_id)
         records = job.recoveries.select_related("failed_attempt", "next_attempt")
         return Response({"count": records.count(), "items": [recovery_representation(r) for r in records]})
 
 
+@extend_schema(tags=[s.TAG])
 class TrainingJobEvents(APIView):
+    @extend_schema(
+        operation_id="list_training_job_events",
+        summary="The events of a job, newest first",
+        parameters=[OpenApiParameter("kind", OpenApiTypes.STR, description="Only events of this kind.")],
+        responses={200: OpenApiResponse(s.listing(s.EVENT)), 404: s.NOT_FOUND},
+    )
     def get(self, request, project_id: str, job_id):
         job = _job(request, project_id, job_id)
         events = job.events.all()
@@ -106,7 +194,16 @@ class TrainingJobEvents(APIView):
         return Response({"count": events.count(), "items": [event_representation(e) for e in events]})
 
 
+@extend_schema(tags=[s.TAG])
 class TrainingJobTaskLogs(APIView):
+    @extend_schema(
+        operation_id="show_training_job_task_log",
+        summary="The whole log of one instance (task worker-N) across all attempts, as text",
+        parameters=[
+            OpenApiParameter("task", OpenApiTypes.STR, OpenApiParameter.PATH, description="worker-0, worker-1, ...")
+        ],
+        responses={(200, "text/plain"): OpenApiTypes.STR, 404: s.NOT_FOUND},
+    )
     def get(self, request, project_id: str, job_id, task: str):
         job = _job(request, project_id, job_id)
         try:

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from console import realtime
 from faulttolerance.models import RecoveryRecord
-from jobs import events
+from jobs import events, listing
 from jobs.models import FINAL_PHASES, Attempt, DockerHost, EventKind, Phase, TaskRun, TrainingJob
 
 from . import docker_hosts
@@ -34,6 +34,7 @@ HOST_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestExcepti
 def announce(job_id) -> None:
     """Tell live pages the job changed, once the change is committed."""
     transaction.on_commit(lambda: realtime.publish(realtime.job_group(job_id), {"type": "job.changed"}))
+    transaction.on_commit(lambda: listing.announce_change(job_id))
 
 
 def dispatch(task_name: str, *args) -> None:

@@ -1,17 +1,50 @@
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.shortcuts import render
+from django.template.loader import render_to_string
 
-from jobs.access import visible_jobs
+from jobs.access import visible_jobs, workspaces_of
+from jobs.listing import JobQuery
+from jobs.models import Phase
+
+PAGE_SIZE = 25
+
+
+def list_context(user, params) -> dict:
+    """The job list for `user` under the query in `params` (the page's GET, or the websocket's query string)."""
+    query, errors = JobQuery.parse(params)
+    jobs = query.apply(visible_jobs(user).select_related("workspace", "created_by"))
+    page = Paginator(jobs, PAGE_SIZE).get_page(params.get("page"))
+    for job in page:
+        job.duration_text = _hms(job.duration())
+    base = query.params()
+    return {
+        "page": page,
+        "query": query,
+        "errors": errors,
+        "phases": Phase.choices,
+        "query_string": urlencode(base),
+        "page_query_string": urlencode(base | {"page": page.number}),
+        "show_workspace": workspaces_of(user).count() > 1,
+    }
+
+
+def list_rows(user, params) -> tuple[str, list]:
+    """The rows part of the list as an out-of-band swap, and the ids of the jobs it shows (for the websocket)."""
+    context = list_context(user, params) | {"oob": True}
+    return render_to_string("jobs/_job_rows.html", context).strip(), [job.id for job in context["page"]]
 
 
 @login_required
 def job_list(request):
-    jobs = visible_jobs(request.user).select_related("workspace")
-    page = Paginator(jobs, 25).get_page(request.GET.get("page"))
-    for job in page:
-        job.duration_text = _hms(job.duration())
-    return render(request, "jobs/job_list.html", {"page": page})
+    """The whole page, or (an htmx request from the filter form or the pager) only its results."""
+    context = list_context(request.user, request.GET)
+    template = "jobs/_job_results.html" if request.htmx and not request.htmx.boosted else "jobs/job_list.html"
+    return render(request, template, context)
 
 
 def _hms(delta) -> str:

@@ -1,0 +1,70 @@
+"""Events of a job and the notifications that carry them."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class EventKind(models.TextChoices):
+    STARTED = "started"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TERMINATED = "terminated"
+    SUSPECTED_HANG = "suspected_hang", "suspected hang"
+    RESTARTED = "restarted"
+    PREEMPTED = "preempted"
+    RESCHEDULED = "rescheduled"
+    HOST_ISOLATED = "host_isolated", "host isolated"
+    ENV_CHECK_FAILED = "env_check_failed", "environment check failed"
+
+
+# Events a user may subscribe a notification topic to (SPEC §3 "notifications").
+NOTIFIABLE_EVENTS = [
+    EventKind.STARTED,
+    EventKind.COMPLETED,
+    EventKind.FAILED,
+    EventKind.TERMINATED,
+    EventKind.SUSPECTED_HANG,
+    EventKind.RESTARTED,
+    EventKind.PREEMPTED,
+]
+
+
+class JobEvent(models.Model):
+    """Something that happened to a job: the Events tab, and what notifications carry."""
+
+    job = models.ForeignKey("jobs.TrainingJob", on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=32, choices=EventKind.choices)
+    at = models.DateTimeField(default=timezone.now)
+    message = models.TextField()
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["job", "-at"])]
+
+    def __str__(self) -> str:
+        return f"{self.job} {self.kind}"
+
+
+class Notification(models.Model):
+    """One delivery of one event to one target; retried until sent or given up."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SENT = "sent"
+        FAILED = "failed"
+
+    event = models.ForeignKey(JobEvent, on_delete=models.CASCADE, related_name="notifications")
+    transport = models.CharField(max_length=16)  # a key of jobs.notify.TRANSPORTS
+    target = models.CharField(max_length=500)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    tries = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["event", "transport", "target"], name="unique_notification_target")
+        ]

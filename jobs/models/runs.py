@@ -1,0 +1,93 @@
+"""Attempts of a job and the containers (task runs) of each attempt."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+from .catalogue import DockerHost
+from .job import TrainingJob
+
+
+class Attempt(models.Model):
+    """One run of all instances of a job; every restart makes a new attempt."""
+
+    class State(models.TextChoices):
+        STARTING = "starting"
+        RUNNING = "running"
+        ENDED = "ended"
+
+    class Outcome(models.TextChoices):
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        TERMINATED = "terminated"
+
+    job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    level = models.CharField(max_length=16, default="initial", help_text="How this attempt was started.")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.STARTING)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job", "number"]
+        constraints = [models.UniqueConstraint(fields=["job", "number"], name="unique_attempt_number")]
+
+    def __str__(self) -> str:
+        return f"{self.job.name} attempt {self.number}"
+
+
+class TaskRun(models.Model):
+    """One instance (container) of one attempt, and the index of its log file."""
+
+    class State(models.TextChoices):
+        CREATED = "created"
+        RUNNING = "running"
+        EXITED = "exited"
+        START_FAILED = "start_failed"
+        LOST = "lost"
+
+    attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="task_runs")
+    index = models.PositiveIntegerField()
+    host = models.ForeignKey(DockerHost, on_delete=models.PROTECT, related_name="task_runs")
+    container_name = models.CharField(max_length=128)
+    reuses_container = models.BooleanField(
+        default=False, help_text="A process-level restart inside the previous attempt's container."
+    )
+    container_id = models.CharField(max_length=64, blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.CREATED)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    oom_killed = models.BooleanField(default=False)
+    error = models.TextField(blank=True, help_text="Why it could not start or was lost.")
+    hang_suspected_at = models.DateTimeField(null=True, blank=True)
+    hung = models.BooleanField(default=False, help_text="Ended by hang detection.")
+    ended_in_place = models.BooleanField(
+        default=False, help_text="The user's process ended; its container was still alive."
+    )
+    evidence = models.JSONField(default=dict, blank=True, help_text="Hang metrics, captured stacks.")
+
+    # Log index: the file holds exactly log_bytes bytes / log_lines lines that
+    # are acknowledged; anything past log_bytes is discarded on resume.
+    log_lines = models.PositiveIntegerField(default=0)
+    log_bytes = models.PositiveBigIntegerField(default=0)
+    log_last_ts_ns = models.BigIntegerField(default=0)
+    log_last_ts_count = models.PositiveIntegerField(default=0, help_text="Lines persisted with log_last_ts_ns.")
+
+    # Which worker follows the container; claimed with a conditional update.
+    follower_token = models.UUIDField(null=True, blank=True)
+    follower_heartbeat = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["attempt", "index"]
+        constraints = [models.UniqueConstraint(fields=["attempt", "index"], name="unique_task_index")]
+
+    def __str__(self) -> str:
+        return self.container_name
+
+    @property
+    def task_name(self) -> str:
+        return f"worker-{self.index}"

@@ -1,0 +1,213 @@
+"""Object storage (SPEC §8): `obs://bucket/path/` on a local directory root.
+
+The default backend maps `obs://bucket/some/path/` to `<OBJECT_STORAGE_ROOT>/bucket/some/path/`
+(one folder per bucket). The root is the setting `OBJECT_STORAGE_ROOT`, else the
+environment variable `CONSOLE_OBJECT_STORAGE_ROOT`, else `<VAR_DIR>/object-storage`.
+An S3-compatible backend can take the same functions later; callers only use what is here.
+
+What the console needs from it:
+- `measure(url)`: total size, file count and depth of a folder (the code dir limits of SPEC §3),
+- `bucket_exists(url)`: output paths (backup, artifacts, logs) must be in an existing bucket,
+- `listdir` / `read_text` / `write_text` and `can_edit` / `can_view`: the code dir browser.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from django.conf import settings
+
+from . import validators as v
+
+EDITABLE_SUFFIXES = (".txt", ".py", ".sh", ".yaml")
+VIEWABLE_SUFFIXES = (".log", ".json", ".md")
+MAX_TEXT_BYTES = 1024 * 1024  # the browser edits small files only
+
+
+class StorageError(Exception):
+    """A path that is not an object storage folder/file, or one that does not exist."""
+
+
+def root() -> Path:
+    configured = getattr(settings, "OBJECT_STORAGE_ROOT", None) or os.environ.get("CONSOLE_OBJECT_STORAGE_ROOT")
+    if configured:
+        return Path(configured)
+    return Path(getattr(settings, "VAR_DIR", Path.cwd() / "var")) / "object-storage"
+
+
+def _split(url: str) -> tuple[str, str]:
+    if not isinstance(url, str) or not url.startswith("obs://"):
+        raise StorageError(f"Not an object storage path: '{url}' (expected obs://bucket/path/).")
+    bucket, _, key = url.removeprefix("obs://").partition("/")
+    if not bucket or not re.fullmatch(v.OBS_BUCKET, bucket):
+        raise StorageError(f"Not a bucket name: '{bucket}' in '{url}'.")
+    parts = [p for p in key.split("/") if p]
+    if any(p in (".", "..") or "\x00" in p for p in parts):
+        raise StorageError(f"'.' and '..' are not allowed in object storage paths: '{url}'.")
+    return bucket, "/".join(parts)
+
+
+def local_path(url: str) -> Path:
+    """Where `obs://bucket/path` lies on the local backend (it need not exist)."""
+    bucket, key = _split(url)
+    base = (root() / bucket).resolve()
+    path = (base / key).resolve() if key else base
+    if path != base and base not in path.parents:  # a symlink pointing out of the bucket
+        raise StorageError(f"'{url}' leaves its bucket.")
+    return path
+
+
+def bucket_of(url: str) -> str:
+    return _split(url)[0]
+
+
+def bucket_exists(url: str) -> bool:
+    try:
+        return (root() / bucket_of(url)).is_dir()
+    except StorageError:
+        return False
+
+
+def exists(url: str) -> bool:
+    try:
+        return local_path(url).exists()
+    except StorageError:
+        return False
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a folder holds. `complete` is False when the walk stopped early at `stop_after_*`
+    (the numbers are then lower bounds, already over a limit)."""
+
+    bytes: int
+    files: int
+    depth: int
+    complete: bool = True
+
+
+def measure(url: str, *, stop_after_files: int | None = None, stop_after_bytes: int | None = None) -> Usage:
+    """Total size, number of files and depth of the folder `url`.
+
+    Depth counts path parts below the folder: a file directly in it has depth 1,
+    `a/b/c.py` depth 3; an empty sub-folder counts as deep as its own path. Symbolic
+    links are not followed (a link counts as one file of its own size). The walk
+    stops once it is over `stop_after_files` files or `stop_after_bytes` bytes,
+    so an enormous folder is refused without being read entirely.
+    """
+    base = local_path(url)
+    if not base.is_dir():
+        raise StorageError(f"'{url}' does not exist in object storage.")
+    total = files = depth = 0
+    stack: list[tuple[Path, int]] = [(base, 0)]
+    while stack:
+        folder, level = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError as exc:
+            raise StorageError(f"Cannot read '{url}': {exc.strerror}.") from None
+        for entry in entries:
+            depth = max(depth, level + 1)
+            if entry.is_dir(follow_symlinks=False):
+                stack.append((Path(entry.path), level + 1))
+                continue
+            files += 1
+            total += entry.stat(follow_symlinks=False).st_size
+            if (stop_after_files is not None and files > stop_after_files) or (
+                stop_after_bytes is not None and total > stop_after_bytes
+            ):
+                return Usage(total, files, depth, complete=False)
+    return Usage(total, files, depth)
+
+
+def code_dir_errors(url: str) -> list[str]:
+    """SPEC §3 code dir at submission: <= CODE_DIR_MAX_BYTES, <= CODE_DIR_MAX_FILES files,
+    depth <= CODE_DIR_MAX_DEPTH. Messages name the field and the limit."""
+    try:
+        usage = measure(url, stop_after_files=v.CODE_DIR_MAX_FILES, stop_after_bytes=v.CODE_DIR_MAX_BYTES)
+    except StorageError as exc:
+        return [f"Code dir: {exc}"]
+    errors = []
+    more = "" if usage.complete else " or more"
+    if usage.bytes > v.CODE_DIR_MAX_BYTES:
+        errors.append(
+            f"Code dir must hold at most {human_bytes(v.CODE_DIR_MAX_BYTES)} in total; "
+            f"'{url}' holds {human_bytes(usage.bytes)}{more}."
+        )
+    if usage.files > v.CODE_DIR_MAX_FILES:
+        errors.append(f"Code dir must hold at most {v.CODE_DIR_MAX_FILES} files; '{url}' holds {usage.files}{more}.")
+    if usage.depth > v.CODE_DIR_MAX_DEPTH:
+        errors.append(f"Code dir must be at most {v.CODE_DIR_MAX_DEPTH} levels deep; '{url}' is {usage.depth}{more}.")
+    return errors
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" or n == int(n) else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} GB"  # pragma: no cover
+
+
+# -- the code dir browser ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    url: str
+    is_dir: bool
+    size: int
+    editable: bool
+    viewable: bool
+
+
+def can_edit(url: str) -> bool:
+    return PurePosixPath(url).suffix.lower() in EDITABLE_SUFFIXES
+
+
+def can_view(url: str) -> bool:
+    return can_edit(url) or PurePosixPath(url).suffix.lower() in VIEWABLE_SUFFIXES
+
+
+def listdir(url: str) -> list[Entry]:
+    """The folders then files directly in folder `url` (ending in '/')."""
+    base = local_path(url)
+    if not base.is_dir():
+        raise StorageError(f"'{url}' does not exist in object storage.")
+    prefix = url if url.endswith("/") else url + "/"
+    out = []
+    for entry in os.scandir(base):
+        is_dir = entry.is_dir(follow_symlinks=False)
+        child = prefix + entry.name + ("/" if is_dir else "")
+        size = 0 if is_dir else entry.stat(follow_symlinks=False).st_size
+        out.append(
+            Entry(entry.name, child, is_dir, size, not is_dir and can_edit(child), not is_dir and can_view(child))
+        )
+    return sorted(out, key=lambda e: (not e.is_dir, e.name))
+
+
+def read_text(url: str) -> str:
+    if not can_view(url):
+        raise StorageError(f"Only {', '.join(EDITABLE_SUFFIXES + VIEWABLE_SUFFIXES)} files can be viewed.")
+    path = local_path(url)
+    if not path.is_file():
+        raise StorageError(f"'{url}' does not exist in object storage.")
+    if path.stat().st_size > MAX_TEXT_BYTES:
+        raise StorageError(f"'{url}' is larger than {human_bytes(MAX_TEXT_BYTES)}: download it instead.")
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def write_text(url: str, text: str) -> None:
+    if not can_edit(url):
+        raise StorageError(f"Only {', '.join(EDITABLE_SUFFIXES)} files can be edited.")
+    data = text.encode("utf-8")
+    if len(data) > MAX_TEXT_BYTES:
+        raise StorageError(f"At most {human_bytes(MAX_TEXT_BYTES)} can be saved from the editor.")
+    path = local_path(url)
+    if not path.parent.is_dir():
+        raise StorageError(f"The folder of '{url}' does not exist in object storage.")
+    tmp = path.with_name(f".{path.name}.saving")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
