@@ -66,8 +66,9 @@ def follow_task_run(task_run_id: int) -> bool:
 
     try:
         while True:
-            client = docker_hosts.client_for(task_run.host, timeout=None)
             try:
+                # Inside the try: a new client asks the engine for its API version.
+                client = docker_hosts.client_for(task_run.host, timeout=None)
                 container = client.containers.get(task_run.container_id or task_run.container_name)
                 if sampler is None:
                     sampler = Sampler(watch, container)
