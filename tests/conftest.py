@@ -23,6 +23,31 @@ BUSYBOX = "console/busybox:latest"
 PYTHON_IMAGE = "console/python:3.11"
 
 
+def pytest_configure(config) -> None:
+    """Retry the between-tests flush when PostgreSQL picks it as a deadlock victim.
+
+    The real Celery worker keeps reconciling (a few short queries a second)
+    while pytest-django TRUNCATEs every table after a transactional test; when
+    the two lock tables in opposite orders PostgreSQL aborts one of them. An
+    aborted TRUNCATE changed nothing, so running it again is safe.
+    """
+    from django.db import OperationalError
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    flush = DatabaseOperations.execute_sql_flush
+
+    def execute_sql_flush_retrying(self, sql_list):
+        for attempt in range(5):
+            try:
+                return flush(self, sql_list)
+            except OperationalError as exc:
+                if "deadlock detected" not in str(exc) or attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+
+    DatabaseOperations.execute_sql_flush = execute_sql_flush_retrying
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     """Remove this session's scratch folder when everything passed; keep it to read otherwise."""
     import shutil
