@@ -194,7 +194,13 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("CONSOLE_LOG_LEVEL", "INFO")},
-    "loggers": {"django.channels.server": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+        # "Task received/succeeded" every few seconds for reconcile: not for the run command's terminal.
+        "celery.worker.strategy": {"level": os.environ.get("CONSOLE_TASK_LOG_LEVEL", "WARNING")},
+        "celery.app.trace": {"level": os.environ.get("CONSOLE_TASK_LOG_LEVEL", "WARNING")},
+    },
 }
 
 # Notifications by e-mail go through Django's mail backend (SMTP in production).
