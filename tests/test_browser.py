@@ -174,7 +174,9 @@ def test_create_watch_recover_and_stop_a_job(demo, new_page, docker_client):
     job.refresh_from_db()
     assert (job.phase, job.restarts_used) == (Phase.TERMINATED, 1)
     assert job.recoveries.count() == 1
-    wait_for(lambda: not docker_client.containers.list(all=True, filters={"label": f"console.job={job.id}"}))
+    wait_for(
+        lambda: not docker_client.containers.list(all=True, sparse=True, filters={"label": f"console.job={job.id}"})
+    )
 
     page.goto("/")
     row = page.locator("tr", has=page.get_by_role("link", name="browser-job"))

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import docker
 import pytest
 import requests
 from websockets.sync.client import connect
@@ -41,9 +42,11 @@ def embedded(docker_client):
     yield {"url": f"http://127.0.0.1:{port}", "project_id": facts["project_id"], "token": facts["api_token"]}
     proc.terminate()
     proc.wait(10)
-    for container in docker_client.containers.list(all=True, filters={"label": "console.managed=1"}):
-        if container.labels.get(TEST_LABEL[0]) == TEST_LABEL[1]:
+    for container in docker_client.containers.list(all=True, sparse=True, filters={"label": "=".join(TEST_LABEL)}):
+        try:
             container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
 
 
 def test_embedded_mode_runs_restarts_and_streams_a_job(embedded, docker_client):

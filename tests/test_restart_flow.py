@@ -37,7 +37,10 @@ def test_sigkilled_job_restarts_until_max_restarts_used(demo, worker, docker_cli
         assert container.labels["console.attempt"] == str(expected_attempt)
         wait_for(lambda: job.attempts.get(number=expected_attempt).task_runs.get().log_lines >= 3, message="log lines")
         container.kill()  # SIGKILL from outside: a retryable (transient) failure
-        wait_for(lambda: not docker_client.containers.list(all=True, filters={"id": container.id}), message="removal")
+        wait_for(
+            lambda: not docker_client.containers.list(all=True, sparse=True, filters={"id": container.id}),
+            message="removal",
+        )
     wait_for(lambda: phase(job) == Phase.FAILED, message="Failed")
     assert (job.restarts_used, job.max_restarts) == (2, 2)
     records = list(job.recoveries.order_by("detected_at"))
@@ -83,6 +86,11 @@ def test_stop_removes_the_container_and_does_not_restart(demo, worker, docker_cl
     container = running_container(docker_client, job)
     assert lifecycle.request_terminate(job.id)
     wait_for(lambda: phase(job) == Phase.TERMINATED, message="Terminated")
-    assert not docker_client.containers.list(all=True, filters={"id": container.id})
+    # Removed right after the decision (which comes first, to keep restarts fast).
+    wait_for(
+        lambda: not docker_client.containers.list(all=True, sparse=True, filters={"id": container.id}),
+        timeout=10,
+        message="the container to be removed",
+    )
     assert job.restarts_used == 0 and not job.recoveries.exists()
     assert job.attempts.count() == 1
