@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import threading
@@ -39,18 +38,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._stack import BENCH_LABEL, BUSYBOX, Stack  # noqa: E402
+from bench._trace import enable_docker_trace, median, ms, read_trace, trace_breakdown  # noqa: E402
 
 LABELS = {BENCH_LABEL[0]: BENCH_LABEL[1]}
 RETRIES = 6
 CONTAINER_TARGET_RATIO = 1.5
-
-
-def ms(ns: int | float) -> float:
-    return ns / 1e6
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
 
 
 def dt_ns(value) -> int:
@@ -410,76 +402,6 @@ def spec_steps(client, runs: int) -> dict[str, list[float]]:
             for container in containers:
                 container.remove(force=True)
     return {key: values[1:] for key, values in out.items()}
-
-
-# -- tracing the worker's Docker calls (an instrumented copy: no app code changes) ---------------------
-# Written into the stack's temporary folder as sitecustomize.py and put on the worker's PYTHONPATH:
-# every HTTP request a Docker client makes in that process is logged with its start and end time.
-TRACE_SITECUSTOMIZE = """
-import os, threading, time
-_path = os.environ.get("BENCH_DOCKER_TRACE")
-if _path:
-    try:
-        import docker.api.client as _dc
-    except Exception:
-        _dc = None
-    if _dc is not None:
-        _send = _dc.APIClient.send
-        _lock = threading.Lock()
-
-        def send(self, request, **kwargs):
-            t0 = time.time_ns()
-            try:
-                return _send(self, request, **kwargs)
-            finally:
-                t1 = time.time_ns()
-                thread = threading.current_thread().name
-                line = f"{t0} {t1} {os.getpid()} {thread} {request.method} {request.path_url}\\n"
-                with _lock, open(_path, "a") as f:
-                    f.write(line)
-
-        _dc.APIClient.send = send
-"""
-
-
-def enable_docker_trace(stack: Stack) -> Path:
-    folder = Path(stack.tmp, "trace")
-    folder.mkdir(exist_ok=True)
-    (folder / "sitecustomize.py").write_text(TRACE_SITECUSTOMIZE)
-    trace = Path(stack.tmp, "docker-trace.log")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
-    os.environ["BENCH_DOCKER_TRACE"] = str(trace)
-    return trace
-
-
-def read_trace(path: Path) -> list[tuple[int, int, str, str, str]]:
-    """(start ns, end ns, thread, method, endpoint with ids replaced)."""
-    import re
-
-    out = []
-    if not path.exists():
-        return out
-    for line in path.read_text().splitlines():
-        parts = line.split(" ", 5)
-        if len(parts) != 6:
-            continue
-        t0, t1, _pid, thread, method, url = parts
-        endpoint = re.sub(r"/containers/[^/?]+", "/containers/{id}", url.split("?")[0])
-        endpoint = re.sub(r"/exec/[^/?]+", "/exec/{id}", re.sub(r"^/v[0-9.]+", "", endpoint))
-        out.append((int(t0), int(t1), thread, method, endpoint))
-    return out
-
-
-def trace_breakdown(trace: list, windows: list[tuple[int, int]], title: str) -> None:
-    """The worker's Docker calls that began inside each (from, to) window, by endpoint."""
-    by_endpoint: dict[str, list[float]] = {}
-    for start, end in windows:
-        for t0, t1, _thread, method, endpoint in trace:
-            if start <= t0 <= end and "/events" not in endpoint and "/logs" not in endpoint:
-                by_endpoint.setdefault(f"{method} {endpoint}", []).append(ms(t1 - t0))
-    print(f"\n{title}: the worker's Docker API calls (median ms per call; calls per restart)")
-    for key, values in sorted(by_endpoint.items(), key=lambda kv: -median(kv[1]) * len(kv[1])):
-        print(f"  {key:<62} {median(values):8.1f}   ({len(values) / max(1, len(windows)):.1f} per restart)")
 
 
 # -- report ----------------------------------------------------------------------------------------
