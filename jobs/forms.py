@@ -90,7 +90,10 @@ class RowsWidget(forms.Widget):
 
     def render(self, name, value, attrs=None, renderer=None):
         rows = value if isinstance(value, list) else []
-        rows = [r for r in rows if isinstance(r, dict)] + [{}]  # and one blank row to add to
+        # Rows the user left empty are dropped (that is how a row is removed), and one blank
+        # row is added to type into.
+        rows = [r for r in rows if isinstance(r, dict) and any(val not in ("", None, False) for val in r.values())]
+        rows.append({})
 
         def cell(index: int, column: str, kind: type, row: dict):
             field = f"{name}-{index}-{column}"
@@ -181,7 +184,9 @@ class JobCreateForm(forms.ModelForm):
     """The create-job wizard. Validation is the model's (full_clean), shared with the API."""
 
     workspace = forms.ModelChoiceField(queryset=Workspace.objects.none(), empty_label=None)
-    environments = RowsField(ENV_COLUMNS, label="Env vars", help_text=f"At most {v.ENV_MAX}; names like MY_VAR.")
+    environments = RowsField(
+        ENV_COLUMNS, label="Env vars", help_text=f"At most {v.ENV_MAX}; names like MY_VAR; clear a row to remove it."
+    )
     env_file = forms.FileField(
         required=False,
         label="Import env vars from a file",
@@ -552,3 +557,25 @@ class JobCreateForm(forms.ModelForm):
             self.add_error("env_file", exc)
             return
         cleaned["environments"] = current + rows
+
+
+def copy_name(name: str) -> str:
+    """The name a copied job is proposed: the source's with "-copy" (within the 64 characters)."""
+    return f"{name[:59]}-copy"  # 64 characters at most (SPEC §3)
+
+
+def copy_initial(job: TrainingJob) -> dict:
+    """The wizard's initial values for "Copy job": the job's configuration, objects by name,
+    sensitive env var values left empty (they are never shown again after submit)."""
+    fields = [f for f in JobCreateForm._meta.fields if f in {m.name for m in TrainingJob._meta.fields}]
+    initial = forms.model_to_dict(job, fields=fields)
+    for name, _what, _whose in NAMED_OBJECTS:
+        related = getattr(job, name)
+        initial[name] = related.name if related is not None else None
+    initial["workspace"] = job.workspace_id
+    initial["name"] = copy_name(job.name)
+    initial["keep_logs"] = bool(job.keep_logs)
+    initial["environments"] = [
+        {**env, "value": "" if env.get("sensitive") else env.get("value", "")} for env in job.environments or []
+    ]
+    return initial

@@ -78,6 +78,14 @@ def open_create_form(page: Page) -> None:
     expect(page.get_by_role("heading", name="Create training job")).to_be_visible()
 
 
+def go_to_step(page: Page, title: str):
+    """Jump to a step of the create wizard with its step indicator; returns the step's section."""
+    page.locator(".steps").get_by_role("button", name=re.compile(title)).click()
+    section = page.locator("section.step:not([hidden])")
+    expect(section.get_by_role("heading", level=2)).to_contain_text(title)
+    return section
+
+
 def mark_document(page: Page) -> None:
     """A marker that only survives while the page is never reloaded."""
     page.evaluate("window.__notReloaded = true")
@@ -97,14 +105,17 @@ def test_create_watch_recover_and_stop_a_job(demo, new_page, docker_client):
     log_in(page, "owner", "owner-password")
     shot(page, "01-job-list-empty")
 
-    open_create_form(page)
-    page.get_by_label("Name").fill("browser-job")
-    page.get_by_label("Image").fill(BUSYBOX)
-    page.get_by_label("Start command").fill(SLOW_COUNTER)
-    page.get_by_label("Fault tolerance (automatic restart)").check()
-    page.get_by_label("Max restarts").fill("2")
+    open_create_form(page)  # the wizard: its steps are walked in tests/test_browser_wizard.py
+    go_to_step(page, "Basic information").get_by_label("Name").fill("browser-job")
+    training = go_to_step(page, "Training configuration")
+    training.get_by_label("Image", exact=True).fill(BUSYBOX)
+    training.get_by_label("Start command").fill(SLOW_COUNTER)
+    ha = go_to_step(page, "High availability")
+    ha.get_by_label("Fault tolerance (automatic restart)").check()
+    ha.get_by_label("Max restarts").fill("2")
     shot(page, "02-create-form-filled")
-    page.get_by_role("button", name="Submit").click()
+    go_to_step(page, "Review and submit")
+    page.get_by_role("button", name="Submit", exact=True).click()
 
     page.wait_for_url(re.compile(r"/jobs/[0-9a-f-]{36}/$"))
     job = TrainingJob.objects.get(name="browser-job")
@@ -183,36 +194,6 @@ def test_create_watch_recover_and_stop_a_job(demo, new_page, docker_client):
     expect(row.locator(".phase")).to_have_text("Terminated")
     expect(row).to_contain_text("1/2")
     shot(page, "09-job-list")
-
-
-def test_bad_fields_are_explained_next_to_them_and_nothing_is_created(demo, new_page):
-    page = new_page()
-    log_in(page, "owner", "owner-password")
-    open_create_form(page)
-    page.get_by_label("Name").fill("bad name!")
-    page.get_by_label("Start command").fill("echo hi")
-    page.get_by_label("Fault tolerance (automatic restart)").check()
-    page.get_by_label("Max restarts").fill("129")
-    mark_document(page)
-    page.get_by_role("button", name="Submit").click()
-
-    name_error = page.locator("#field-name .error")
-    expect(name_error).to_have_text(re.compile(r"Name must be 1-64 characters"))
-    restarts_error = page.locator("#field-max_restarts .error")
-    expect(restarts_error).to_have_text(re.compile(r"Max restarts must be between 1 and 128"))
-    expect(page.locator("#field-name")).to_have_class(re.compile(r"\bhas-error\b"))
-    expect(page.locator("#field-image .error")).to_have_count(0)
-    # What the user typed is kept.
-    expect(page.get_by_label("Name")).to_have_value("bad name!")
-    expect(page.get_by_label("Max restarts")).to_have_value("129")
-    expect(page.get_by_label("Fault tolerance (automatic restart)")).to_be_checked()
-    assert page.url.endswith("/jobs/create/")
-    # The errors are swapped into the page, not over it.
-    expect(page.get_by_role("heading", name="Create training job")).to_be_visible()
-    expect(page.get_by_role("navigation").get_by_role("link", name="Training jobs")).to_be_visible()
-    assert_not_reloaded(page)
-    shot(page, "10-create-form-errors")
-    assert not TrainingJob.objects.exists()
 
 
 def test_an_outsider_gets_404_for_the_job_page(demo, new_page):

@@ -186,3 +186,34 @@ def recovery_representation(record) -> dict:
         "running_again_at": record.running_again_at.isoformat() if record.running_again_at else None,
         "downtime_s": record.downtime.total_seconds() if record.downtime else None,
     }
+
+
+# What only the platform fills in (GET shows it; a create body leaves it out).
+_READ_ONLY_METADATA = ("id", "project_id", "workspace", "user_name", "create_time")
+
+
+def request_body(job: TrainingJob) -> dict:
+    """The SPEC §7 create body for this (possibly unsaved) job: what the wizard's review shows,
+    and exactly what POST /v2/{project_id}/training-jobs accepts to create the same job.
+    Unlike GET, sensitive env var values are the real ones: the user is about to submit them."""
+    body = job_representation(job)
+    body.pop("status")
+    for key in _READ_ONLY_METADATA:
+        body["metadata"].pop(key, None)
+    algorithm = body["algorithm"]
+    algorithm["environments"] = [dict(env) for env in job.environments or []]
+    if job.image_source == TrainingJob.ImageSource.PRESET and job.preset_image_id:
+        algorithm["engine"] = {"engine_name": job.preset_image.name}
+    if body["spec"].get("publish"):
+        body["spec"]["publish"].pop("version", None)
+    return _without_empty(body)
+
+
+def _without_empty(value):
+    """Drop None values and empty objects (absent means default in the body), keep [] and false."""
+    if isinstance(value, dict):
+        cleaned = {k: _without_empty(v) for k, v in value.items() if v is not None}
+        return {k: v for k, v in cleaned.items() if v != {}}
+    if isinstance(value, list):
+        return [_without_empty(v) for v in value]
+    return value

@@ -1,24 +1,254 @@
+"""The create-job wizard (SPEC §3): one page, one form, steps shown one at a time.
+
+Every step's fields live in the one <form>, so going back and forth keeps everything that
+was typed; each action (next, back, a step of the indicator, a preset template, a
+scenario, an env-file import, review, submit) posts the whole form and gets the wizard
+back, swapped in by htmx. Leaving a field posts the form to `validate/` and gets that
+field's messages. All validation is JobCreateForm -> TrainingJob.full_clean(), the API's.
+"""
+
+from __future__ import annotations
+
+import json
+
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
-from django.http import HttpResponseRedirect
-from django.shortcuts import render
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
+from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
+from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from jobs.forms import JobCreateForm
+from jobs import validators as v
+from jobs import wizard
+from jobs.access import visible_jobs
+from jobs.forms import JobCreateForm, copy_initial
+from jobs.models import PresetTemplate
 from jobs.runtime import lifecycle
+from jobs.views.wizard_review import review_context
+
+ACTIONS = ("next", "back", "goto", "apply-template", "apply-scenario", "import-env", "submit")
 
 
 @login_required
-def job_create(request):
-    form = JobCreateForm(request.POST or None, user=request.user)
-    if request.method == "POST":
-        form.instance.created_by = request.user
-        if form.is_valid():
-            with transaction.atomic():
-                job = form.save()
-                lifecycle.submit(job)
-            url = reverse("job-detail", args=[job.id])
-            return HttpResponseClientRedirect(url) if request.htmx else HttpResponseRedirect(url)
-    template = "jobs/_create_form.html" if request.htmx else "jobs/job_create.html"
-    return render(request, template, {"form": form}, status=400 if form.errors else 200)
+def job_create(request: HttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        return _start(request)
+    action, _, argument = request.POST.get("action", "").partition(":")
+    if action not in ACTIONS:
+        # A plain POST without the wizard's action (a script, a page without JavaScript): submit.
+        return _submit(request, plain=True)
+    current = request.POST.get("step") if request.POST.get("step") in wizard.STEP_BY_SLUG else wizard.FIRST_STEP
+    if action == "submit":
+        return _submit(request)
+    data = request.POST.copy()
+    notice = ""
+    if action == "back":
+        return _render(request, _bound(request, data), wizard.previous_step(current))
+    if action == "goto":
+        target = argument if argument in wizard.STEP_BY_SLUG else current
+        if target == wizard.REVIEW:
+            return _render(request, _bound(request, data), target, show="all")
+        return _render(request, _bound(request, data), target)
+    if action == "next":
+        form = _bound(request, data)
+        form.is_valid()
+        if _errors_in_step(form, current):
+            return _render(request, form, current, show="step")
+        target = wizard.next_step(current)
+        return _render(request, form, target, show="all" if target == wizard.REVIEW else "none")
+    if action == "apply-template":
+        notice = _apply_template(data)
+    elif action == "apply-scenario":
+        notice = _apply_scenario(data)
+    elif action == "import-env":
+        form_errors = _import_env(request, data)
+        if form_errors:
+            form = _bound(request, data)
+            return _render(request, form, current, extra_errors={"env_file": form_errors})
+        notice = "Env vars imported."
+    return _render(request, _bound(request, data), current, notice=notice)
+
+
+@login_required
+@require_POST
+def job_create_validate(request: HttpRequest) -> HttpResponse:
+    """One field's messages, as the user leaves it (the whole form is posted: rules span fields)."""
+    name = request.GET.get("field", "")
+    form = _bound(request, request.POST.copy())
+    messages = form.errors.get(name, []) if name in form.fields else []
+    return render(request, "jobs/wizard/_errors.html", {"name": name, "errors": messages})
+
+
+# -- the actions --------------------------------------------------------------------------------------------
+def _start(request: HttpRequest) -> HttpResponse:
+    """The empty wizard; ?template=, ?scenario= and ?copy=<job id> prefill it."""
+    template = None
+    if request.GET.get("template"):
+        template = PresetTemplate.objects.filter(name=request.GET["template"]).first()
+    initial = {}
+    notice = ""
+    if request.GET.get("copy"):
+        source = get_object_or_404(visible_jobs(request.user), id=request.GET["copy"])
+        initial = copy_initial(source)
+        notice = f"Copied from {source.name}."
+        if any(e.get("sensitive") for e in source.environments or []):
+            notice += " Sensitive env var values are not copied: enter them again."
+    form = JobCreateForm(user=request.user, template=template, initial=initial)
+    scenario = request.GET.get("scenario", "")
+    if scenario in wizard.SCENARIO_BY_SLUG:
+        form.initial.update(wizard.SCENARIO_BY_SLUG[scenario].values)
+        form.initial["scenario"] = scenario
+    return _render(request, form, wizard.FIRST_STEP, notice=notice, page=True)
+
+
+def _submit(request: HttpRequest, *, plain: bool = False) -> HttpResponse:
+    form = _bound(request, request.POST, request.FILES if plain else None)
+    form.instance.created_by = request.user
+    if form.is_valid():
+        with transaction.atomic():
+            job = form.save()
+            lifecycle.submit(job)
+        url = reverse("job-detail", args=[job.id])
+        return HttpResponseClientRedirect(url) if request.htmx else HttpResponseRedirect(url)
+    first = wizard.first_step_with_errors(form.errors)
+    return _render(request, form, first, show="all", status=400, page=not request.htmx)
+
+
+def _apply_template(data: QueryDict) -> str:
+    template = PresetTemplate.objects.select_related("image").filter(name=data.get("preset_template") or "").first()
+    if template is None:
+        return ""
+    values = JobCreateForm.template_initial(template)
+    rows = values.pop("environments") or []
+    values["preset_image"] = values.get("preset_image") or ""
+    wizard.apply_values(data, {k: ("" if val is None else val) for k, val in values.items()})
+    wizard.set_rows(data, "environments", rows)
+    return f"Filled from the preset template {template.name}."
+
+
+def _apply_scenario(data: QueryDict) -> str:
+    scenario = wizard.SCENARIO_BY_SLUG.get(data.get("scenario") or "")
+    if scenario is None:
+        return ""
+    wizard.apply_values(data, scenario.values)
+    return f"High availability set as recommended for {scenario.title.lower()} training; see its checklist."
+
+
+def _import_env(request: HttpRequest, data: QueryDict) -> list[str]:
+    """Append the uploaded file's KEY=VALUE lines to the env var rows; all or nothing."""
+    upload = request.FILES.get("env_file")
+    if upload is None:
+        return ["Choose a file of KEY=VALUE lines first."]
+    current = JobCreateForm.base_fields["environments"].to_python(
+        JobCreateForm.base_fields["environments"].widget.value_from_datadict(data, None, "environments")
+    )
+    current = current if isinstance(current, list) else []
+    try:
+        text = upload.read().decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return ["Env var import refused: the file is not UTF-8 text. Nothing was imported."]
+    try:
+        rows = v.parse_env_file(text, existing=len(current))
+    except Exception as exc:  # ValidationError: the messages say what and which line
+        return list(getattr(exc, "messages", [str(exc)]))
+    wizard.set_rows(data, "environments", current + rows)
+    return []
+
+
+# -- rendering ----------------------------------------------------------------------------------------------
+def _bound(request: HttpRequest, data: QueryDict, files=None) -> JobCreateForm:
+    form = JobCreateForm(data, files, user=request.user)
+    form.instance.created_by = request.user
+    return form
+
+
+def _errors_in_step(form: JobCreateForm, slug: str) -> bool:
+    visible = _visible(form)
+    return any(name in form.errors for name in wizard.STEP_BY_SLUG[slug].fields if name in visible)
+
+
+def _visible(form: JobCreateForm) -> set[str]:
+    return wizard.visible_fields(lambda name: form[name].value() if name in form.fields else None)
+
+
+def _render(
+    request: HttpRequest,
+    form: JobCreateForm,
+    current: str,
+    *,
+    show: str = "none",
+    notice: str = "",
+    status: int = 200,
+    page: bool = False,
+    extra_errors: dict[str, list[str]] | None = None,
+) -> HttpResponse:
+    """The wizard at step `current`. show: whose messages appear: none, the current step's, or all."""
+    visible = _visible(form)
+    errors: dict[str, list[str]] = {}
+    if show != "none" and form.is_bound:
+        errors = {name: list(messages) for name, messages in form.errors.items()}
+        if show == "step":
+            errors = {n: m for n, m in errors.items() if wizard.STEP_OF_FIELD.get(n) == current}
+    errors.update(extra_errors or {})
+    scenario_slug = form.data.get("scenario") if form.is_bound else form.initial.get("scenario")
+    steps = []
+    for number, step in enumerate(wizard.STEPS, start=1):
+        items = [
+            {
+                "field": form[name],
+                "shown": name in visible,
+                "rule": wizard.SHOW_WHEN.get(name, ""),
+                "errors": errors.get(name, []),
+            }
+            for name in step.fields
+        ]
+        steps.append(
+            {
+                "step": step,
+                "number": number,
+                "items": items,
+                "current": step.slug == current,
+                "has_errors": any(i["errors"] and i["shown"] for i in items),
+            }
+        )
+    context = {
+        "form": form,
+        "steps": steps,
+        "current": current,
+        "notice": notice,
+        "non_field_errors": errors.get("__all__", []),
+        "scenarios": wizard.SCENARIOS,
+        "scenario": wizard.SCENARIO_BY_SLUG.get(scenario_slug or ""),
+        "templates": _templates(form),
+        "template_types": PresetTemplate.Type.choices,
+        "is_last_config_step": wizard.next_step(current) == wizard.REVIEW,
+        # The scenario checklist's ticks are the user's notes: kept across steps, never saved.
+        "checked": [int(k.split("-")[1]) for k in form.data if k.startswith("checklist-") and k[10:].isdigit()]
+        if form.is_bound
+        else [],
+    }
+    if current == wizard.REVIEW:
+        context["review"] = review_context(form, visible, errors)
+    template = "jobs/job_create.html" if page or not request.htmx else "jobs/wizard/_wizard.html"
+    response = render(request, template, context, status=status)
+    response["HX-Push-Url"] = "false"
+    return response
+
+
+def _templates(form: JobCreateForm):
+    """Preset templates for the picker, filtered by type and brand as chosen."""
+    data = form.data if form.is_bound else {}
+    templates = PresetTemplate.objects.select_related("image").order_by("name")
+    brands = sorted({t.brand for t in templates if t.brand})
+    chosen_type, chosen_brand = data.get("template_type", ""), data.get("template_brand", "")
+    shown = [
+        t
+        for t in templates
+        if (not chosen_type or t.type == chosen_type) and (not chosen_brand or t.brand == chosen_brand)
+    ]
+    return {"all": templates, "shown": shown, "brands": brands, "type": chosen_type, "brand": chosen_brand}
+
+
+def as_json(value) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)

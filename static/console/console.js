@@ -61,3 +61,100 @@ document.addEventListener("htmx:afterSwap", function (event) {
     });
   });
 })();
+
+// The create wizard (templates/jobs/wizard/): fields shown only when another field has a
+// value (data-show-when, the same rules the server renders with, jobs/wizard.py), the
+// messages of a field fetched from the server as the user leaves it, and rows added to
+// the list editors (env vars, tags, mounts). Hidden fields are disabled, so the browser
+// does not post them.
+(function () {
+  function valueOf(form, name) {
+    let value = "";
+    form.querySelectorAll('[name="' + name + '"]').forEach(function (el) {
+      if (el.disabled || el.closest("fieldset[disabled]")) return;
+      if (el.type === "checkbox" || el.type === "radio") {
+        if (el.checked) value = el.value;
+      } else {
+        value = el.value;
+      }
+    });
+    return value;
+  }
+  function holds(form, term) {
+    const parts = term.trim().split("=");
+    const value = valueOf(form, parts[0]);
+    return parts.length > 1 ? value === parts[1] : value !== "" && value !== "0" && value !== "false";
+  }
+  function applyVisibility(form) {
+    // A field that hides can hide others (auto-publish -> publish as -> model name): repeat until stable.
+    for (let pass = 0; pass < 5; pass++) {
+      let changed = false;
+      form.querySelectorAll("[data-show-when]").forEach(function (box) {
+        const show = box.dataset.showWhen.split("|").some(function (t) { return holds(form, t); });
+        if (box.hidden === show) {
+          box.hidden = !show;
+          box.disabled = !show;
+          changed = true;
+        }
+      });
+      if (!changed) break;
+    }
+  }
+  function fieldName(el) {
+    return el.name.replace(/-\d+-[a-z_]+$/, "");  // a row input: environments-0-name -> environments
+  }
+  document.addEventListener("change", function (event) {
+    const el = event.target;
+    const form = el.closest && el.closest("#wizard");
+    if (!form || !el.name) return;
+    applyVisibility(form);
+    if (el.type === "file" || el.closest("[data-no-validate]") || el.hasAttribute("hx-post")) return;
+    const name = fieldName(el);
+    if (!document.getElementById("errors-" + name)) return;
+    htmx.ajax("POST", form.dataset.validateUrl + "?field=" + encodeURIComponent(name), {
+      source: el, target: "#errors-" + name, swap: "outerHTML",
+    });
+  });
+  // A field's box shows it has messages (its input's red border) as they come and go.
+  document.addEventListener("htmx:afterSettle", function (event) {
+    const wizard = document.getElementById("wizard");
+    if (!wizard) return;
+    wizard.querySelectorAll(".field").forEach(function (box) {
+      const errors = box.querySelector(":scope > .errors");
+      if (errors) box.classList.toggle("has-error", errors.children.length > 0);
+    });
+    if (event.detail.target && event.detail.target.id === "wizard") {
+      applyVisibility(wizard);
+      const firstError = wizard.querySelector("section.step:not([hidden]) .field.has-error input, section.step:not([hidden]) .field.has-error select, section.step:not([hidden]) .field.has-error textarea");
+      if (firstError) firstError.focus();
+      if (wizard.getBoundingClientRect().top < 0) wizard.scrollIntoView({ block: "start" });
+    }
+  });
+  document.addEventListener("click", function (event) {
+    const add = event.target.closest && event.target.closest("[data-add-row]");
+    if (add) {
+      const table = document.getElementById("rows-" + add.dataset.addRow);
+      if (!table) return;
+      const rows = table.querySelectorAll("tr");
+      const last = rows[rows.length - 1];
+      const copy = last.cloneNode(true);
+      const index = rows.length - 1;  // the first row is the header
+      copy.querySelectorAll("input").forEach(function (input) {
+        input.name = input.name.replace(/-\d+-/, "-" + index + "-");
+        if (input.type === "checkbox") input.checked = false;
+        else input.value = "";
+      });
+      last.after(copy);
+      const first = copy.querySelector("input");
+      if (first) first.focus();
+      return;
+    }
+    const copyButton = event.target.closest && event.target.closest("[data-copy]");
+    if (copyButton) {
+      const source = document.querySelector(copyButton.dataset.copy);
+      if (source && navigator.clipboard) {
+        navigator.clipboard.writeText(source.textContent).then(function () { copyButton.textContent = "Copied"; });
+      }
+    }
+  });
+})();
