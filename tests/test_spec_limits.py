@@ -461,10 +461,10 @@ def test_runtime_layout_previews_the_directories(world):
         artifact_path="obs://bucket/out/",
         datasets=[world.datasets["preset-1"]],
     )
-    paths = {row["path"]: row["what"] for row in job.runtime_layout()}
+    paths = {entry.container_path: entry.what for entry in job.runtime_layout()}
     assert paths[v.DEFAULT_LOCAL_CODE_DIR].startswith("Local code dir")
-    assert paths[f"{v.DEFAULT_LOCAL_CODE_DIR}/code"] == "Code folder"
-    assert paths[v.DEFAULT_ARTIFACT_MOUNT_PATH] == "Outputs (artifacts)"
+    assert paths[f"{v.DEFAULT_LOCAL_CODE_DIR}/code"].startswith("Code folder")
+    assert paths[v.DEFAULT_ARTIFACT_MOUNT_PATH] == "Artifacts"
     assert any(what.startswith("Dataset preset-1") for what in paths.values())
 
 

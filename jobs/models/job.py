@@ -13,7 +13,6 @@ from django.utils.text import capfirst
 from jobs import validators as v
 
 from .catalogue import (
-    Dataset,
     FileSystem,
     Flavor,
     KeyPair,
@@ -361,31 +360,12 @@ class TrainingJob(JobRules, models.Model):
         bucket, key = parsed
         return key.rstrip("/").rsplit("/", 1)[-1] if key else bucket
 
-    def runtime_layout(self) -> list[dict]:
-        """The runtime environment preview (SPEC §3): what the job will see where, before it is submitted."""
-        local = self.local_code_dir or v.DEFAULT_LOCAL_CODE_DIR
-        rows = [{"path": local, "what": "Local code dir (MA_JOB_DIR)", "source": ""}]
-        if self.code_dir:
-            rows.append({"path": f"{local}/{self.code_folder}", "what": "Code folder", "source": self.code_dir})
-        for index, dataset in enumerate(Dataset.objects.filter(id__in=self.datasets or [])):
-            rows.append(
-                {"path": f"{DATA_MOUNT_ROOT}/{index}", "what": f"Dataset {dataset.name}", "source": dataset.path}
-            )
-        if self.dedicated:
-            for mount in self.file_system_mounts or []:
-                mode = "read-only" if mount.get("read_only") else "read-write"
-                source = f"{mount.get('file_system')}:{mount.get('path') or '/'}"
-                rows.append({"path": mount.get("mount_path"), "what": f"File system ({mode})", "source": source})
-            for mount in self.obs_mounts or []:
-                rows.append({"path": mount.get("mount_path"), "what": "Object storage", "source": mount.get("obs_url")})
-            if self.tensorboard or self.mindstudio_insight:
-                fs = self.observe_file_system.name if self.observe_file_system_id else ""
-                rows.append({"path": self.observe_path, "what": "Summaries", "source": fs})
-        if self.store_artifacts:
-            rows.append({"path": self.artifact_mount_path, "what": "Outputs (artifacts)", "source": self.artifact_path})
-        if self.mutual_trust:
-            rows.append({"path": self.mutual_trust_dir, "what": "Mutual-trust SSH files", "source": ""})
-        return rows
+    def runtime_layout(self) -> list:
+        """The runtime environment preview (SPEC §3): what the job will see where, before it is
+        submitted; the same entries the containers are created from (jobs/runtime/layout.py)."""
+        from jobs.runtime.layout import runtime_layout
+
+        return runtime_layout(self)
 
     @property
     def publish_version(self) -> str:

@@ -154,7 +154,7 @@ def _create_and_start(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hos
     try:
         container = client.containers.get(task_run.container_name)
     except docker.errors.NotFound:
-        container = client.containers.create(**docker_hosts.container_create_kwargs(job, attempt, task_run, hosts))
+        container = docker_hosts.create_container(client, job, attempt, task_run, hosts)
     if container.status == "created":
         container.start()
         container.reload()

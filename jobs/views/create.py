@@ -228,12 +228,24 @@ def _render(
         if form.is_bound
         else [],
     }
+    if current in ("training", wizard.REVIEW):
+        context["layout"] = _runtime_layout(form)
     if current == wizard.REVIEW:
         context["review"] = review_context(form, visible, errors)
     template = "jobs/job_create.html" if page or not request.htmx else "jobs/wizard/_wizard.html"
     response = render(request, template, context, status=status)
     response["HX-Push-Url"] = "false"
     return response
+
+
+def _runtime_layout(form: JobCreateForm) -> list[dict]:
+    """The runtime environment preview (SPEC §3) of what is typed so far, valid or not."""
+    if form.is_bound:
+        form.is_valid()  # fills form.instance from the posted values (messages stay unshown)
+    try:
+        return form.instance.runtime_layout()
+    except Exception:  # a half-typed value the preview cannot place yet: show nothing rather than fail
+        return []
 
 
 def _templates(form: JobCreateForm):

@@ -100,6 +100,15 @@ document.addEventListener("htmx:afterSwap", function (event) {
       if (!changed) break;
     }
   }
+  // SPEC §3: "keep logs permanently" is on by default for NPU flavors (until the user sets it).
+  function keepLogsForNpu(form, flavor) {
+    const keep = form.querySelector('input[name="keep_logs"]');
+    const npu = (form.dataset.npuFlavors || "").split(",").filter(Boolean);
+    if (keep && !keep.dataset.touched && npu.indexOf(flavor) >= 0) keep.checked = true;
+  }
+  document.addEventListener("input", function (event) {
+    if (event.target.name === "keep_logs") event.target.dataset.touched = "1";
+  });
   function fieldName(el) {
     return el.name.replace(/-\d+-[a-z_]+$/, "");  // a row input: environments-0-name -> environments
   }
@@ -107,6 +116,7 @@ document.addEventListener("htmx:afterSwap", function (event) {
     const el = event.target;
     const form = el.closest && el.closest("#wizard");
     if (!form || !el.name) return;
+    if (el.name === "flavor") keepLogsForNpu(form, el.value);
     applyVisibility(form);
     if (el.type === "file" || el.closest("[data-no-validate]") || el.hasAttribute("hx-post")) return;
     const name = fieldName(el);

@@ -1,0 +1,458 @@
+"""What a job's containers see where (SPEC §3 "runtime environment preview", SPEC §8).
+
+One description, two uses, so that the preview and the containers never differ:
+
+- `runtime_layout(job)` lists every directory of the job's containers: the local code
+  dir (MA_JOB_DIR) and the code folder in it, datasets, the object storage mount, file
+  system mounts, artifacts, the job data dir and /cache. It works for an unsaved job
+  (the create wizard shows it before submitting); it only reads the catalogue
+  (datasets, file systems).
+- `prepare_sources(...)` makes what those mounts need on the host when a container is
+  created (the copy of the code, the code backup, missing directories) and
+  `mounts_for(...)` turns the same entries into Docker mounts.
+
+Host paths (job data, the local code copies, the object storage root, host-directory
+file systems) must be the same on the console and on every Docker host: shared
+storage mounted at the same place, as for the job data dir (docs/decisions.md).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import docker
+from django.conf import settings
+
+from jobs import storage
+from jobs import validators as v
+from jobs.models import DATA_MOUNT_ROOT, Dataset, FileSystem
+
+if TYPE_CHECKING:
+    from jobs.models import Attempt, TaskRun, TrainingJob
+
+MA_UID = MA_GID = 1000  # ma-user (SPEC §8)
+JOB_DATA_MOUNT = "/job-data"
+CACHE_MOUNT = "/cache"
+# Where the per-instance copies of the code live: <JOB_DATA_ROOT>/.local-code/<job id>/a<attempt>-w<index>.
+# Beside the job data dirs (same shared storage), not inside one: /job-data stays the user's own.
+LOCAL_CODE_STAGING = ".local-code"
+BACKUP_CODE_FOLDER = "user-job-dir"  # SPEC §3: <backup dir>/<job>-<task>-<index>/user-job-dir/<folder>
+
+
+class Kind:
+    """What an entry is; mounts_for() and prepare_sources() dispatch on it."""
+
+    LOCAL_CODE = "local_code"
+    CODE = "code"
+    DATASET = "dataset"
+    OBS = "obs"
+    FILE_SYSTEM = "file_system"
+    ARTIFACTS = "artifacts"
+    JOB_DATA = "job_data"
+    CACHE = "cache"
+
+
+@dataclass(frozen=True)
+class LayoutEntry:
+    """One directory of the job's containers.
+
+    `source` and `what` are for people (the preview); `kind` and `ref` (the dataset, the
+    obs:// URL, the file system and its mount settings) are what the runtime needs.
+    `mounted` is False for a folder that lies inside another entry's mount (the code
+    folder inside the local code dir): it is shown, but is not a mount of its own.
+    """
+
+    container_path: str
+    source: str
+    mode: str  # "rw" or "ro"
+    what: str
+    kind: str = ""
+    mounted: bool = True
+    ref: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def read_only(self) -> bool:
+        return self.mode == "ro"
+
+
+class StagingError(docker.errors.APIError):
+    """A directory of the job could not be prepared (a missing dataset or code dir, a file
+    system gone from the catalogue). An APIError, so that the start fails as "could not
+    start" (START_FAILED, a user error) with this message, not as a lost host."""
+
+    def __init__(self, message: str):
+        super().__init__(message, explanation=message)
+
+
+# -- the layout ------------------------------------------------------------------------------------------
+def local_code_dir(job: TrainingJob) -> str:
+    return job.local_code_dir or v.DEFAULT_LOCAL_CODE_DIR
+
+
+def _container_path(value) -> str:
+    return (v.normalized_path(value) or value) if isinstance(value, str) else ""
+
+
+def _dataset_ids(job: TrainingJob) -> list[int]:
+    # The wizard previews before validation: ids may still be strings of digits.
+    ids = []
+    for i in job.datasets if isinstance(job.datasets, list) else []:
+        if isinstance(i, str) and i.isdigit():
+            i = int(i)
+        if isinstance(i, int) and not isinstance(i, bool):
+            ids.append(i)
+    return ids
+
+
+def dataset_folder(name: str, used: set[str]) -> str:
+    """A dataset's folder under DATA_MOUNT_ROOT: its name with anything but letters, digits,
+    '.', '_' and '-' replaced by '_'; a name taken already (a preset and a user's dataset may
+    share one) gets -2, -3, ..."""
+    base = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "dataset"
+    folder, n = base, 1
+    while folder in used:
+        n += 1
+        folder = f"{base}-{n}"
+    used.add(folder)
+    return folder
+
+
+def runtime_layout(job: TrainingJob) -> list[LayoutEntry]:
+    """Every directory the job's containers will see, in the order the preview shows them.
+
+    Works for an unsaved (even not yet validated) job: what cannot be resolved (a dataset
+    or file system that does not exist) is listed with "(missing)" and refused at start.
+    """
+    local = local_code_dir(job)
+    entries = [
+        LayoutEntry(local, "local directory of each instance", "rw", "Local code dir (MA_JOB_DIR)", Kind.LOCAL_CODE)
+    ]
+    if job.code_dir:
+        entries.append(
+            LayoutEntry(
+                posixpath.join(local, job.code_folder),
+                job.code_dir,
+                "rw",
+                "Code folder (copied at each container start)",
+                Kind.CODE,
+                mounted=False,
+                ref=job.code_dir,
+            )
+        )
+    ids = _dataset_ids(job)
+    found = Dataset.objects.in_bulk(ids) if ids else {}
+    used: set[str] = set()
+    for i in ids:
+        dataset = found.get(i)
+        name = dataset.name if dataset else f"dataset-{i}"
+        path = f"{DATA_MOUNT_ROOT}/{dataset_folder(name, used)}"
+        if dataset is None:
+            entries.append(LayoutEntry(path, f"dataset {i} (missing)", "ro", f"Dataset {i}", Kind.DATASET))
+        else:
+            entries.append(LayoutEntry(path, dataset.path, "ro", f"Dataset {dataset.name}", Kind.DATASET, ref=dataset))
+    if job.dedicated:  # SPEC §3: mounts are dedicated-pool settings; on the public pool they are ignored
+        for mount in job.obs_mounts if isinstance(job.obs_mounts, list) else []:
+            if isinstance(mount, dict) and mount.get("mount_path"):
+                url = mount.get("obs_url") or ""
+                entries.append(
+                    LayoutEntry(
+                        _container_path(mount["mount_path"]), url, "rw", "Object storage mount", Kind.OBS, ref=url
+                    )
+                )
+        entries.extend(_file_system_entries(job))
+    if job.store_artifacts and job.artifact_mount_path:
+        entries.append(
+            LayoutEntry(
+                _container_path(job.artifact_mount_path),
+                job.artifact_path or "(no storage path)",
+                "rw",
+                "Artifacts",
+                Kind.ARTIFACTS,
+                ref=job.artifact_path,
+            )
+        )
+    entries.append(
+        LayoutEntry(JOB_DATA_MOUNT, "job data (persistent)", "rw", "Job data (MA_CHECKPOINT_DIR)", Kind.JOB_DATA)
+    )
+    entries.append(LayoutEntry(CACHE_MOUNT, "scratch volume of each instance", "rw", "Cache", Kind.CACHE))
+    return entries
+
+
+def _file_system_entries(job: TrainingJob) -> list[LayoutEntry]:
+    mounts = [m for m in job.file_system_mounts or [] if isinstance(m, dict) and m.get("mount_path")]
+    names = [m.get("file_system") for m in mounts if isinstance(m.get("file_system"), str)]
+    systems = FileSystem.objects.in_bulk(names, field_name="name") if names else {}
+    entries = []
+    for mount in mounts:
+        fs = systems.get(mount.get("file_system"))
+        path = mount.get("path") or "/"
+        source = f"file system {mount.get('file_system')}:{path}" + ("" if fs else " (missing)")
+        mode = "ro" if mount.get("read_only") else "rw"
+        entries.append(
+            LayoutEntry(
+                _container_path(mount["mount_path"]),
+                source,
+                mode,
+                "File system mount",
+                Kind.FILE_SYSTEM,
+                ref=(fs, mount),
+            )
+        )
+    return entries
+
+
+def layout_environment(job: TrainingJob, layout: list[LayoutEntry]) -> dict[str, str]:
+    """The env vars that tell the job where things are (SPEC §8)."""
+    env = {"MA_JOB_DIR": local_code_dir(job)}
+    datasets = []
+    for entry in layout:
+        if entry.kind == Kind.CODE:
+            env["MA_CODE_DIR"] = entry.container_path
+        elif entry.kind == Kind.DATASET:
+            env[f"MA_DATASET_{len(datasets)}_DIR"] = entry.container_path
+            datasets.append(entry.container_path)
+        elif entry.kind == Kind.ARTIFACTS:
+            env["MA_ARTIFACT_DIR"] = entry.container_path
+    if datasets:
+        env["MA_DATASET_DIRS"] = ":".join(datasets)
+    return env
+
+
+# -- host side -------------------------------------------------------------------------------------------
+def job_data_path(job: TrainingJob) -> Path:
+    return Path(settings.JOB_DATA_ROOT) / str(job.id)
+
+
+def job_data_dir(job: TrainingJob) -> Path:
+    """The job-scoped persistent directory (SPEC §8) on the hosts' shared storage, created on first use."""
+    path = job_data_path(job)
+    if not path.exists():
+        path.mkdir(parents=True, exist_ok=True)
+        give_to_ma_user(path)
+    return path
+
+
+def local_code_path(job: TrainingJob, attempt: Attempt, task_run: TaskRun) -> Path:
+    """The host directory bound at MA_JOB_DIR in this instance's container of this attempt."""
+    return Path(settings.JOB_DATA_ROOT) / LOCAL_CODE_STAGING / str(job.id) / f"a{attempt.number}-w{task_run.index}"
+
+
+def cache_volume(job: TrainingJob, task_run: TaskRun) -> str:
+    return f"console-cache-{job.id.hex[:12]}-{task_run.index}"
+
+
+def nfs_volume(job: TrainingJob, mount_number: int) -> str:
+    return f"console-nfs-{job.id.hex[:12]}-{mount_number}"
+
+
+def give_to_ma_user(path: Path) -> None:
+    """Make `path` writable by uid 1000 inside the container (no-new-privileges: it cannot chown)."""
+    try:
+        os.lchown(path, MA_UID, MA_GID)
+    except PermissionError:
+        # A console not running as root cannot chown: open its own directory to everyone instead.
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode | (0o777 if path.is_dir() else 0o666))
+
+
+def _give_tree_to_ma_user(root: Path) -> None:
+    give_to_ma_user(root)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            give_to_ma_user(Path(folder, name))
+
+
+def _storage_dir(url: str, what: str) -> Path:
+    try:
+        path = storage.local_path(url)
+    except storage.StorageError as exc:
+        raise StagingError(f"{what}: {exc}") from None
+    return path
+
+
+def _existing_storage_dir(url: str, what: str) -> Path:
+    path = _storage_dir(url, what)
+    if not path.is_dir():
+        raise StagingError(f"{what}: '{url}' does not exist in object storage.")
+    return path
+
+
+def _host_dir_source(fs: FileSystem, path: str) -> Path:
+    return Path(fs.source) / (v.normalized_path(path) or "/").lstrip("/")
+
+
+def stage_local_code(job: TrainingJob, attempt: Attempt, task_run: TaskRun) -> Path:
+    """This container's local code dir: a fresh copy of the code dir's folder, owned by ma-user.
+
+    A copy, not the object storage folder itself: instances write into their code dir
+    (caches, outputs) without touching the user's code or each other, as each instance
+    downloads the code in ModelArts. One copy per attempt and instance, made once (a
+    start retried for the same attempt reuses it); a process-level restart keeps the
+    container and so its copy, a container-level restart gets a new one.
+    """
+    target = local_code_path(job, attempt, task_run)
+    if not target.is_dir():
+        source = _existing_storage_dir(job.code_dir, "Code dir") if job.code_dir else None
+        # Copied aside and renamed into place: a start that dies half-way leaves no partial copy in use.
+        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
+        tmp.mkdir(parents=True)
+        try:
+            if source is not None:
+                # symlinks=True: a link is copied as a link, never followed out of the bucket.
+                shutil.copytree(source, tmp / job.code_folder, symlinks=True)
+            _give_tree_to_ma_user(tmp)
+            os.rename(tmp, target)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not target.is_dir():  # not a concurrent start of the same attempt that won the rename
+                raise
+    # Earlier attempts' copies of this instance belong to containers that are gone.
+    for old in target.parent.glob(f"a*-w{task_run.index}"):
+        number = old.name[1:].split("-", 1)[0]
+        if number.isdigit() and int(number) < attempt.number:
+            shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def backup_code(job: TrainingJob, task_run: TaskRun, local_code: Path) -> Path | None:
+    """SPEC §3 code backup: the local code folder to <dir>/<job>-<task>-<index>/user-job-dir/<folder>."""
+    if not (job.code_backup_dir and job.code_dir):
+        return None
+    if not storage.bucket_exists(job.code_backup_dir):
+        # Never create a bucket as a side effect: that is the user's (or operator's) doing.
+        raise StagingError(f"Code backup dir: the bucket of '{job.code_backup_dir}' does not exist.")
+    base = _storage_dir(job.code_backup_dir, "Code backup dir")
+    dest = base / f"{job.name}-{task_run.task_name}" / BACKUP_CODE_FOLDER / job.code_folder
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}")
+    shutil.copytree(local_code / job.code_folder, tmp, symlinks=True)
+    shutil.rmtree(dest, ignore_errors=True)  # the latest start's code replaces the previous backup
+    os.rename(tmp, dest)
+    return dest
+
+
+def _refuse_shared_paths(layout: list[LayoutEntry]) -> None:
+    # Validation keeps user mount paths unique; the local code dir is not among them.
+    seen: dict[str, str] = {}
+    for entry in layout:
+        if entry.mounted and entry.container_path in seen:
+            raise StagingError(
+                f"{entry.what} and {seen[entry.container_path]} are both mounted at {entry.container_path}: "
+                "mount paths must differ."
+            )
+        seen[entry.container_path] = entry.what
+
+
+def prepare_sources(
+    job: TrainingJob, attempt: Attempt, task_run: TaskRun, layout: list[LayoutEntry] | None = None
+) -> list[LayoutEntry]:
+    """Make on the host what the mounts of this container need; returns the layout used.
+
+    Raises StagingError with a message for the user when something the job names is not
+    there (its code dir, a dataset, the object storage mount, a file system).
+    """
+    layout = runtime_layout(job) if layout is None else layout
+    _refuse_shared_paths(layout)
+    try:
+        for entry in layout:
+            _prepare(job, attempt, task_run, entry)
+    except OSError as exc:
+        raise StagingError(f"Preparing the job's directories failed: {exc}") from None
+    return layout
+
+
+def _prepare(job: TrainingJob, attempt: Attempt, task_run: TaskRun, entry: LayoutEntry) -> None:
+    if entry.kind == Kind.JOB_DATA:
+        job_data_dir(job)
+    elif entry.kind == Kind.LOCAL_CODE:
+        backup_code(job, task_run, stage_local_code(job, attempt, task_run))
+    elif entry.kind == Kind.DATASET:
+        if entry.ref is None:
+            raise StagingError(f"{entry.what} no longer exists.")
+        _existing_storage_dir(entry.ref.path, entry.what)
+    elif entry.kind == Kind.OBS:
+        give_to_ma_user(_existing_storage_dir(entry.ref, entry.what))
+    elif entry.kind == Kind.ARTIFACTS:
+        if not entry.ref:
+            raise StagingError("Artifacts: no storage path is set.")
+        path = _storage_dir(entry.ref, "Artifacts")
+        if not storage.bucket_exists(entry.ref):
+            raise StagingError(f"Artifacts: the bucket of '{entry.ref}' does not exist.")
+        path.mkdir(parents=True, exist_ok=True)
+        # The artifact folder is the job's output (and checkpoint) folder: ma-user must write there.
+        give_to_ma_user(path)
+    elif entry.kind == Kind.FILE_SYSTEM:
+        fs, mount = entry.ref
+        if fs is None:
+            raise StagingError(f"File system '{mount.get('file_system')}' no longer exists.")
+        if fs.kind == FileSystem.Kind.HOST_DIR:
+            source = _host_dir_source(fs, mount.get("path") or "/")
+            if not source.is_dir():
+                # A missing sub-directory is created for the job (and is its own); an existing
+                # one keeps its owner: it is the operator's data.
+                source.mkdir(parents=True, exist_ok=True)
+                give_to_ma_user(source)
+
+
+# -- Docker mounts ---------------------------------------------------------------------------------------
+def nfs_mount(target: str, fs: FileSystem, mount: dict, volume_name: str) -> docker.types.Mount:
+    """An NFS file system mount: a volume of Docker's local driver that mounts the export
+    (type=nfs, o=addr=<server>,<options>, device=:<export>/<path>) when the container starts."""
+    server, _, export = fs.source.partition(":")
+    sub = (v.normalized_path(mount.get("path") or "/") or "/").lstrip("/")
+    device = ":" + (posixpath.join(export, sub).rstrip("/") if sub else export)
+    options = mount.get("options") or v.DEFAULT_NFS_OPTIONS
+    return docker.types.Mount(
+        target,
+        volume_name,
+        type="volume",
+        read_only=bool(mount.get("read_only")),
+        driver_config=docker.types.DriverConfig(
+            "local", options={"type": "nfs", "o": f"addr={server},{options}", "device": device}
+        ),
+    )
+
+
+def mounts_for(
+    job: TrainingJob, attempt: Attempt, task_run: TaskRun, layout: list[LayoutEntry] | None = None
+) -> list[docker.types.Mount]:
+    """The Docker mounts of this container: one per mounted entry of the layout, nothing else."""
+    layout = runtime_layout(job) if layout is None else layout
+    mounts = []
+    file_systems = 0
+    for entry in (e for e in layout if e.mounted):
+        target, ro = entry.container_path, entry.read_only
+        if entry.kind == Kind.LOCAL_CODE:
+            source = str(local_code_path(job, attempt, task_run))
+        elif entry.kind == Kind.JOB_DATA:
+            source = str(job_data_path(job))
+        elif entry.kind == Kind.CACHE:
+            # A per-instance scratch volume, created on the instance's host.
+            mounts.append(docker.types.Mount(target, cache_volume(job, task_run), type="volume"))
+            continue
+        elif entry.kind == Kind.DATASET:
+            if entry.ref is None:
+                raise StagingError(f"{entry.what} no longer exists.")
+            source = str(_storage_dir(entry.ref.path, entry.what))
+        elif entry.kind in (Kind.OBS, Kind.ARTIFACTS):
+            source = str(_storage_dir(entry.ref or "", entry.what))
+        elif entry.kind == Kind.FILE_SYSTEM:
+            fs, mount = entry.ref
+            if fs is None:
+                raise StagingError(f"File system '{mount.get('file_system')}' no longer exists.")
+            file_systems += 1
+            if fs.kind == FileSystem.Kind.NFS:
+                mounts.append(nfs_mount(target, fs, mount, nfs_volume(job, file_systems)))
+                continue
+            source = str(_host_dir_source(fs, mount.get("path") or "/"))
+        else:  # pragma: no cover - a kind added to runtime_layout() and not here
+            raise ValueError(f"no mount for {entry.kind!r}")
+        mounts.append(docker.types.Mount(target, source, type="bind", read_only=ro))
+    return mounts
