@@ -214,3 +214,5 @@ DEFAULT_FROM_EMAIL = os.environ.get("CONSOLE_FROM_EMAIL", "training-console@loca
 # window after which "consecutive" restart counters reset (SPEC §4).
 HANG_WINDOW_S = int(os.environ.get("CONSOLE_HANG_WINDOW_S", "1800"))
 STABLE_WINDOW_S = int(os.environ.get("CONSOLE_STABLE_WINDOW_S", "600"))
+# Seconds in an "hour" of auto stop and retention (SPEC §3); tests shorten it.
+HOUR_S = float(os.environ.get("CONSOLE_HOUR_S", "3600"))

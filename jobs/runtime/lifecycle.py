@@ -20,9 +20,9 @@ from django.utils import timezone
 from console import realtime
 from faulttolerance.models import RecoveryRecord
 from jobs import events, listing
-from jobs.models import FINAL_PHASES, Attempt, DockerHost, EventKind, Phase, TaskRun, TrainingJob
+from jobs.models import FINAL_PHASES, RETAINED_PHASES, Attempt, DockerHost, EventKind, Phase, TaskRun, TrainingJob
 
-from . import docker_hosts
+from . import docker_hosts, placement
 from .logs import docker_time
 
 log = logging.getLogger(__name__)
@@ -53,28 +53,12 @@ def submit(job: TrainingJob) -> None:
     dispatch("schedule_job", str(job.id))
 
 
-def healthy_hosts(*, for_recovery: bool = False, avoid: set[int] = frozenset()) -> list[DockerHost]:
-    hosts = DockerHost.objects.filter(enabled=True, isolated=False).exclude(id__in=avoid).order_by("id")
-    if not for_recovery:
-        hosts = hosts.filter(hot_standby=False)  # hot-standby hosts only take over failed work
-    return list(hosts)
-
-
-def pick_hosts(count: int, *, for_recovery: bool = False, avoid: set[int] = frozenset()) -> list[DockerHost] | None:
-    """Least-loaded healthy hosts, one per instance, spreading round robin."""
-    hosts = healthy_hosts(for_recovery=for_recovery, avoid=avoid)
-    if not hosts:
-        return None
-    load = {
-        h.id: TaskRun.objects.filter(host=h, state__in=[TaskRun.State.CREATED, TaskRun.State.RUNNING]).count()
-        for h in hosts
-    }
-    chosen = []
-    for _ in range(count):
-        host = min(hosts, key=lambda h: (h.hot_standby, load[h.id]))
-        load[host.id] += 1
-        chosen.append(host)
-    return chosen
+def pick_hosts(
+    job: TrainingJob, count: int, *, for_recovery: bool = False, avoid: set[int] = frozenset()
+) -> list[DockerHost] | None:
+    """Hosts for `count` instances of a job that is running elsewhere (instance rescheduling):
+    its pool, capacity and affinity; its other instances keep their share of the hosts."""
+    return placement.place_job(job, count, for_recovery=for_recovery, avoid=avoid, replacing=False).hosts
 
 
 def new_attempt(job: TrainingJob, hosts: list[DockerHost], level: str, reuse: dict[int, TaskRun] | None = None):
@@ -118,34 +102,77 @@ def active_attempt(job: TrainingJob) -> Attempt | None:
     return job.attempts.filter(state__in=[Attempt.State.STARTING, Attempt.State.RUNNING]).first()
 
 
-def no_host_reason() -> str:
-    isolated = list(DockerHost.objects.filter(isolated=True).values_list("name", "isolation_reason"))
-    detail = "; ".join(f"{name} isolated: {reason}" for name, reason in isolated)
-    return "Waiting for a healthy Docker host" + (f" ({detail})" if detail else ": none is enabled.")
-
-
 def schedule_job(job_id) -> bool:
-    """Place a Pending job's instances on hosts and create its next attempt."""
+    """Schedule the queue the job waits in (its dedicated pool, or the public pools).
+
+    The queue goes by priority (3 first), then age; a job that waits for capacity
+    holds back the jobs behind it, so a large high-priority job is not starved by
+    small ones slipping past (strict order, no backfill). A job that cannot be
+    placed for another reason (no healthy host, its affinity hosts are down) does
+    not hold the queue. Returns whether a job was placed or ended.
+    """
+    job = TrainingJob.objects.filter(id=job_id).only("pool_type", "pool_id").first()
+    if job is None:
+        return False
+    did_work = False
+    blocked_by: TrainingJob | None = None
+    for queued_id in queue(job).values_list("id", flat=True):
+        outcome, queued = _schedule_one(queued_id, blocked_by)
+        did_work |= outcome == PLACED
+        if outcome == WAITING_FOR_CAPACITY and blocked_by is None:
+            blocked_by = queued
+    return did_work
+
+
+def queue(job: TrainingJob):
+    """The Pending jobs that compete for the same hosts as `job`, first to be placed first."""
+    jobs = TrainingJob.objects.filter(phase=Phase.PENDING, pool_type=job.pool_type)
+    if job.dedicated:
+        jobs = jobs.filter(pool_id=job.pool_id)
+    return jobs.order_by("-priority", "created_at", "id")
+
+
+PLACED, WAITING, WAITING_FOR_CAPACITY, SKIPPED = "placed", "waiting", "waiting for capacity", "skipped"
+
+
+def _schedule_one(job_id, blocked_by: TrainingJob | None) -> tuple[str, TrainingJob | None]:
+    """Place one Pending job's instances and create its next attempt, unless a job ahead of it waits."""
     with transaction.atomic():
         job = TrainingJob.objects.select_for_update().filter(id=job_id).first()
         if job is None or job.phase != Phase.PENDING or active_attempt(job):
-            return False
+            return SKIPPED, job
         if job.terminate_requested:
             finish(job, Phase.TERMINATED, "Terminated before it started.")
-            return True
+            return PLACED, job
+        if blocked_by is not None:
+            _set_reason(
+                job, f"Queued behind {blocked_by.name} (priority {blocked_by.priority}), which waits for capacity."
+            )
+            return WAITING, job
         waiting_recovery = RecoveryRecord.objects.filter(job=job, restart=True, next_attempt=None).first()
-        hosts = pick_hosts(job.node_count, for_recovery=waiting_recovery is not None)
-        if hosts is None:
-            reason = no_host_reason()
-            if job.phase_reason != reason:
-                TrainingJob.objects.filter(id=job.id).update(phase_reason=reason)
-                announce(job.id)
-            return False
+        placed = placement.place_job(job, for_recovery=waiting_recovery is not None)
+        if placed.hosts is None:
+            _set_reason(job, placed.reason)
+            return (WAITING_FOR_CAPACITY if placed.waiting_for_capacity else WAITING), job
         level = waiting_recovery.level if waiting_recovery else "initial"
-        attempt = new_attempt(job, hosts, level)
+        attempt = new_attempt(job, placed.hosts, level)
         if waiting_recovery:
             RecoveryRecord.objects.filter(id=waiting_recovery.id).update(next_attempt=attempt)
-        return True
+        return PLACED, job
+
+
+def _set_reason(job: TrainingJob, reason: str) -> None:
+    """The Pending reason says why the job waits (SPEC §6 "Pending (queued)")."""
+    if job.phase_reason != reason:
+        TrainingJob.objects.filter(id=job.id).update(phase_reason=reason)
+        announce(job.id)
+
+
+def kick_queue(job: TrainingJob) -> None:
+    """Capacity was freed: schedule the job's queue now, not at the next reconcile."""
+    head = queue(job).exclude(id=job.id).values_list("id", flat=True).first()
+    if head is not None:
+        dispatch("schedule_job", str(head))
 
 
 # -- starting ------------------------------------------------------------------
@@ -283,12 +310,81 @@ PHASE_EVENTS = {
     Phase.FAILED: EventKind.FAILED,
     Phase.TERMINATED: EventKind.TERMINATED,
 }
+RETAINED = {Phase.COMPLETED: Phase.COMPLETED_RETAINED, Phase.FAILED: Phase.FAILED_RETAINED}
+RELEASED = {retained: ended for ended, retained in RETAINED.items()}
 
 
 def finish(job: TrainingJob, phase: str, reason: str) -> None:
+    """End the job; with retention a Completed or Failed job keeps its containers (SPEC §3)."""
+    message = reason or f"The job {phase.lower()}."
+    if phase in RETAINED and keeps_containers(job):
+        note = retention_note(job.retention_hours)
+        phase, reason, message = RETAINED[phase], f"{reason} {note}".strip(), f"{message} {note}"
+    elif keeps_containers(job):
+        # Terminated: nothing is kept, including what an instance that ended earlier left.
+        attempt_ids = list(job.attempts.values_list("id", flat=True))
+        transaction.on_commit(lambda: [remove_attempt_containers(a) for a in attempt_ids])
     TrainingJob.objects.filter(id=job.id).update(phase=phase, phase_reason=reason, ended_at=timezone.now())
-    events.record(job, PHASE_EVENTS[phase], reason or f"The job {phase.lower()}.")
+    events.record(job, PHASE_EVENTS[RELEASED.get(phase, phase)], message)
     announce(job.id)
+    transaction.on_commit(lambda: kick_queue(job))
+
+
+# -- auto stop and retention (SPEC §3 "more settings") -------------------------------
+AUTO_STOP_REASON = "Auto stopped after {hours} hour{s} of running."
+STOPPED_BY_USER = "Stopped by the user."
+
+
+def hours_text(hours: int) -> str:
+    return f"{hours} hour{'s' if hours != 1 else ''}"
+
+
+def auto_stop_reason(hours: int) -> str:
+    return AUTO_STOP_REASON.format(hours=hours, s="s" if hours != 1 else "")
+
+
+def stop_reason(job: TrainingJob) -> str:
+    """Why a stopped job ended: auto stop wrote its reason when it asked; otherwise the user stopped it."""
+    if job.phase_reason.startswith("Auto stopped after "):
+        return job.phase_reason
+    return STOPPED_BY_USER
+
+
+def keeps_containers(job: TrainingJob) -> bool:
+    """Retention applies: dedicated pools only, never with fault tolerance (the form refuses both)."""
+    return bool(job.retention_hours) and job.dedicated and not job.fault_tolerance
+
+
+def retention_note(hours: int) -> str:
+    return f"Containers kept for {hours_text(hours)} (retention)."
+
+
+def containers_kept(job_id) -> bool:
+    """Whether an ended container of the job stays: the job is retained, or it may still be
+    (its other instances run on). A stopped job keeps nothing."""
+    job = TrainingJob.objects.filter(id=job_id).first()
+    if job is None or not keeps_containers(job):
+        return False
+    return job.phase in RETAINED_PHASES or not (job.is_final or job.terminate_requested)
+
+
+def release_retained(job_id) -> bool:
+    """Remove a retained job's containers and move it to Completed / Failed: its retention
+    is over, or the user stopped it. Idempotent."""
+    job = TrainingJob.objects.filter(id=job_id, phase__in=RETAINED_PHASES).first()
+    if job is None:
+        return False
+    for attempt_id in job.attempts.values_list("id", flat=True):
+        remove_attempt_containers(attempt_id)
+    why = "when the user stopped the job" if job.terminate_requested else f"after {hours_text(job.retention_hours)}"
+    reason = job.phase_reason.removesuffix(retention_note(job.retention_hours)).strip()
+    with transaction.atomic():
+        released = TrainingJob.objects.filter(id=job.id, phase=job.phase).update(
+            phase=RELEASED[job.phase], phase_reason=f"{reason} Containers removed {why}.".strip()
+        )
+        if released:
+            announce(job.id)
+    return bool(released)
 
 
 # -- hosts -------------------------------------------------------------------------
@@ -304,14 +400,20 @@ def isolate_host(host_id: int, reason: str, job: TrainingJob | None = None) -> b
 
 
 # -- stopping ----------------------------------------------------------------------
-def request_terminate(job_id) -> bool:
-    """The user's Stop: record the wish; the worker converges."""
+def request_terminate(job_id, reason: str = "") -> bool:
+    """The user's Stop (or auto stop, with its reason): record the wish; the worker converges.
+    Stopping a retained job releases its containers now."""
+    now = timezone.now()
     with transaction.atomic():
-        changed = (
-            TrainingJob.objects.filter(id=job_id, terminate_requested=False)
-            .exclude(phase__in=FINAL_PHASES)
-            .update(terminate_requested=True, terminate_requested_at=timezone.now(), phase=Phase.TERMINATING)
-        )
+        wish = TrainingJob.objects.filter(id=job_id, terminate_requested=False)
+        changed = wish.filter(phase__in=RETAINED_PHASES).update(terminate_requested=True, terminate_requested_at=now)
+        if not changed:
+            changed = wish.exclude(phase__in=FINAL_PHASES | RETAINED_PHASES).update(
+                terminate_requested=True,
+                terminate_requested_at=now,
+                phase=Phase.TERMINATING,
+                **({"phase_reason": reason} if reason else {}),
+            )
         if changed:
             announce(job_id)
             dispatch("stop_job", str(job_id))
@@ -346,18 +448,21 @@ def remove_attempt_containers(attempt_id: int) -> None:
 
 
 def stop_job(job_id) -> bool:
-    """Stop every container of a job whose termination was requested."""
+    """Stop every container of a job whose termination was requested; for a retained job
+    (its retention is over, or the user stopped it) remove its containers."""
     from .supervise import attempt_may_have_ended
 
-    job = TrainingJob.objects.filter(id=job_id, terminate_requested=True).first()
-    if job is None or job.is_final:
+    job = TrainingJob.objects.filter(id=job_id).first()
+    if job is not None and job.phase in RETAINED_PHASES:
+        return release_retained(job.id)
+    if job is None or not job.terminate_requested or job.is_final:
         return False
     attempt = active_attempt(job)
     if attempt is None:
         with transaction.atomic():
             job = TrainingJob.objects.select_for_update().get(id=job_id)
             if not job.is_final and active_attempt(job) is None:
-                finish(job, Phase.TERMINATED, "Stopped by the user.")
+                finish(job, Phase.TERMINATED, stop_reason(job))
         return True
     if attempt.state == Attempt.State.RUNNING or attempt.task_runs.exclude(state=TaskRun.State.CREATED).exists():
         stop_attempt_containers(attempt.id)

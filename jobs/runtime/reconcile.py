@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from jobs.models import Attempt, DockerHost, Phase, TaskRun, TrainingJob
+from jobs.models import RETAINED_PHASES, Attempt, DockerHost, Phase, TaskRun, TrainingJob
 
 STARTING_GRACE_S = 15
 TERMINATING_GRACE_S = 20
@@ -25,11 +25,16 @@ def _tasks():
 
 
 def schedule_pending_jobs() -> bool:
-    """Jobs waiting for hosts (or whose schedule message was lost)."""
-    ids = list(TrainingJob.objects.filter(phase=Phase.PENDING).values_list("id", flat=True)[:100])
-    for job_id in ids:
-        _tasks().schedule_job.delay(str(job_id))
-    return bool(ids)
+    """Jobs waiting for hosts (or whose schedule message was lost): one task per queue
+    (a dedicated pool, or the public pools), which schedules that queue in order."""
+    heads: dict[tuple[str, int | None], str] = {}
+    pending = TrainingJob.objects.filter(phase=Phase.PENDING).order_by("-priority", "created_at", "id")
+    for job_id, pool_type, pool_id in pending.values_list("id", "pool_type", "pool_id")[:1000]:
+        key = (pool_type, pool_id if pool_type == TrainingJob.PoolType.DEDICATED else None)
+        heads.setdefault(key, str(job_id))
+    for job_id in heads.values():
+        _tasks().schedule_job.delay(job_id)
+    return bool(heads)
 
 
 def restart_stuck_starts() -> bool:
@@ -97,6 +102,48 @@ def check_hosts() -> bool:
     return isolated_any
 
 
+def _hours_passed(since, hours: int, now) -> bool:
+    # settings.HOUR_S, not 3600: a test runs an "hour" in seconds.
+    return (now - since).total_seconds() >= hours * settings.HOUR_S
+
+
+def auto_stop_jobs() -> bool:
+    """Stop jobs that ran longer than their auto stop hours (SPEC §3 "auto stop"). The
+    clock starts when the job first ran (time queued before does not count) and keeps
+    running through restarts."""
+    from .lifecycle import auto_stop_reason, request_terminate
+
+    now = timezone.now()
+    running = TrainingJob.objects.filter(
+        auto_stop_hours__isnull=False,
+        started_at__isnull=False,
+        terminate_requested=False,
+        phase__in=[Phase.RUNNING, Phase.RESTARTING, Phase.PENDING],
+    ).values_list("id", "started_at", "auto_stop_hours")
+    stopped = False
+    for job_id, started_at, hours in running:
+        if _hours_passed(started_at, hours, now):
+            stopped |= request_terminate(job_id, reason=auto_stop_reason(hours))
+    return stopped
+
+
+def release_retained_jobs() -> bool:
+    """Retained jobs whose retention is over, or that the user stopped and whose release
+    did not complete: their containers go and the phase becomes Completed / Failed."""
+    now = timezone.now()
+    asked_before = now - timezone.timedelta(seconds=TERMINATING_GRACE_S)
+    ids = [
+        job_id
+        for job_id, ended_at, hours, asked_at in TrainingJob.objects.filter(phase__in=RETAINED_PHASES).values_list(
+            "id", "ended_at", "retention_hours", "terminate_requested_at"
+        )
+        if (asked_at and asked_at < asked_before) or not (ended_at and hours) or _hours_passed(ended_at, hours, now)
+    ]
+    for job_id in ids:
+        _tasks().stop_job.delay(str(job_id))  # stop_job releases a retained job
+    return bool(ids)
+
+
 STEPS = (
     check_hosts,
     schedule_pending_jobs,
@@ -104,6 +151,8 @@ STEPS = (
     adopt_unfollowed_task_runs,
     end_decided_attempts,
     finish_terminations,
+    auto_stop_jobs,
+    release_retained_jobs,
 )
 
 

@@ -23,17 +23,18 @@ from faulttolerance.policy import Counters, Decision, Policy, decide
 from jobs import events
 from jobs.models import Attempt, EventKind, Phase, TaskRun, TrainingJob
 
-from . import docker_hosts
+from . import docker_hosts, placement
 from .hang import HangWatch, Sampler, capture_stacks, no_gpu, nvidia_smi_gpu
 from .lifecycle import (
     HOST_ERRORS,
     announce,
+    containers_kept,
     finish,
     isolate_host,
     new_attempt,
-    no_host_reason,
     pick_hosts,
     stop_attempt_containers,
+    stop_reason,
 )
 from .logs import Follower, ProcessExited, docker_time, log_path, recent_text
 
@@ -106,7 +107,7 @@ def follow_task_run(task_run_id: int) -> bool:
         follower.release()
     # Decide (and start the next attempt) first; clearing up can wait.
     attempt_may_have_ended(task_run.attempt_id)
-    if container is not None:
+    if container is not None and not containers_kept(task_run.attempt.job_id):  # retention keeps it
         try:
             container.remove(force=True)
         except HOST_ERRORS:
@@ -260,7 +261,7 @@ def attempt_may_have_ended(attempt_id: int) -> bool:
         job = TrainingJob.objects.select_for_update().get(id=attempt.job_id)
         if job.terminate_requested:
             Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.TERMINATED)
-            finish(job, Phase.TERMINATED, "Stopped by the user.")
+            finish(job, Phase.TERMINATED, stop_reason(job))  # by the user, or by auto stop
         elif not failed:
             Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.SUCCEEDED)
             finish(job, Phase.COMPLETED, "")
@@ -399,7 +400,7 @@ def _restart(job: TrainingJob, attempt: Attempt, decision: Decision, failed_run:
         return new_attempt(job, [r.host for r in runs], "container"), ""
     if decision.level == "reschedule":
         # Only the lost instance moves; the others restart in their containers.
-        replacement = pick_hosts(1, for_recovery=True, avoid={failed_run.host_id})
+        replacement = pick_hosts(job, 1, for_recovery=True, avoid={failed_run.host_id})
         if replacement is not None:
             hosts = [replacement[0] if r.index == failed_run.index else r.host for r in runs]
             alive = {r.index: r for r in runs if r.index != failed_run.index and r.state != TaskRun.State.LOST}
@@ -413,7 +414,7 @@ def _restart(job: TrainingJob, attempt: Attempt, decision: Decision, failed_run:
                 to_host=replacement[0].name,
             )
             return moved, ""
-    hosts = pick_hosts(job.node_count, for_recovery=True)
-    if hosts is None:
-        return None, no_host_reason()  # schedule_job starts it once a host is healthy again
-    return new_attempt(job, hosts, "job"), ""
+    placed = placement.place_job(job, for_recovery=True)
+    if placed.hosts is None:
+        return None, placed.reason  # schedule_job starts it once a host is healthy (or free) again
+    return new_attempt(job, placed.hosts, "job"), ""
