@@ -35,6 +35,7 @@ from .models import (
     Model,
     PresetImage,
     PresetTemplate,
+    ResourcePool,
     TrainingJob,
     Workspace,
 )
@@ -480,6 +481,7 @@ class JobCreateForm(forms.ModelForm):
                 field.error_messages["invalid_choice"] = f"You have no {what} named '%(value)s'."
             else:
                 field.error_messages["invalid_choice"] = f"{what} '%(value)s' does not exist."
+        self._pool_picker()
         self.fields["datasets"].choices = [
             (d.id, f"{d.name} ({'preset' if d.is_preset else 'mine'})") for d in self.dataset_choices
         ]
@@ -494,6 +496,17 @@ class JobCreateForm(forms.ModelForm):
                 preset = PresetImage.objects.order_by("id").first()
                 if preset:
                     self.initial.setdefault("image", preset.image_ref)
+
+    def _pool_picker(self) -> None:
+        """SPEC §3 "pool": the picker shows each dedicated pool's free nodes, GPUs, CPUs, memory
+        and fragmentation. Only the shown choices change: any pool name is still checked by the
+        model, so the form's message for a wrong one is the API's."""
+        from .capacity import pool_usage
+
+        pools = ResourcePool.objects.filter(kind=ResourcePool.Kind.DEDICATED).order_by("name")
+        widget = forms.RadioSelect(attrs={"class": "pool-picker"})
+        widget.choices = [(p.name, f"{p.name} · {p.node_size} per node · {pool_usage(p).text()}") for p in pools]
+        self.fields["pool"].widget = widget
 
     # -- what the template shows ------------------------------------------------------------------
     @property

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import re
+import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -25,6 +27,7 @@ from . import validators as v
 EDITABLE_SUFFIXES = (".txt", ".py", ".sh", ".yaml")
 VIEWABLE_SUFFIXES = (".log", ".json", ".md")
 MAX_TEXT_BYTES = 1024 * 1024  # the browser edits small files only
+MAX_NAME_BYTES = 255  # one path part (NAME_MAX of common Linux file systems)
 
 
 class StorageError(Exception):
@@ -47,13 +50,24 @@ def _split(url: str) -> tuple[str, str]:
     parts = [p for p in key.split("/") if p]
     if any(p in (".", "..") or "\x00" in p for p in parts):
         raise StorageError(f"'.' and '..' are not allowed in object storage paths: '{url}'.")
+    # The file system's own limit; checked here so that it is a clear refusal, not an OSError later.
+    if any(len(p.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES for p in parts):
+        raise StorageError(f"A name in '{url}' is longer than {MAX_NAME_BYTES} bytes.")
     return bucket, "/".join(parts)
 
 
 def local_path(url: str) -> Path:
-    """Where `obs://bucket/path` lies on the local backend (it need not exist)."""
+    """Where `obs://bucket/path` lies on the local backend (it need not exist).
+
+    Confined to the root: '.'/'..' parts are refused by `_split`, and because the path is
+    resolved (symbolic links followed) before the checks, a link anywhere on the way -- the
+    bucket folder itself included -- that points out of its bucket is refused too.
+    """
     bucket, key = _split(url)
-    base = (root() / bucket).resolve()
+    top = root().resolve()
+    base = (top / bucket).resolve()
+    if base.parent != top:  # the bucket folder is a symlink to somewhere else
+        raise StorageError(f"'{url}' leaves the object storage root.")
     path = (base / key).resolve() if key else base
     if path != base and base not in path.parents:  # a symlink pointing out of the bucket
         raise StorageError(f"'{url}' leaves its bucket.")
@@ -178,10 +192,15 @@ def listdir(url: str) -> list[Entry]:
         raise StorageError(f"'{url}' does not exist in object storage.")
     prefix = url if url.endswith("/") else url + "/"
     out = []
-    for entry in os.scandir(base):
+    with os.scandir(base) as it:
+        entries = list(it)
+    for entry in entries:
         is_dir = entry.is_dir(follow_symlinks=False)
         child = prefix + entry.name + ("/" if is_dir else "")
-        size = 0 if is_dir else entry.stat(follow_symlinks=False).st_size
+        try:
+            size = 0 if is_dir else entry.stat(follow_symlinks=False).st_size
+        except FileNotFoundError:  # removed while we were listing
+            continue
         out.append(
             Entry(entry.name, child, is_dir, size, not is_dir and can_edit(child), not is_dir and can_view(child))
         )
@@ -208,6 +227,30 @@ def write_text(url: str, text: str) -> None:
     path = local_path(url)
     if not path.parent.is_dir():
         raise StorageError(f"The folder of '{url}' does not exist in object storage.")
-    tmp = path.with_name(f".{path.name}.saving")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    if path.is_dir():
+        raise StorageError(f"'{url}' is a folder.")
+    # A unique temporary name: two saves of one file at once must not write into the same file.
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:64]}.", suffix=".saving", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        try:
+            # Keep the file's mode: saving run.sh from the editor must not drop its execute bit.
+            os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
+        except FileNotFoundError:
+            os.chmod(tmp, 0o666 & ~_umask())  # a new file: what a plain open() would have made
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    """The process umask, read without os.umask(): setting it, even briefly, races with other threads."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o022

@@ -8,7 +8,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from jobs.models import Phase, PresetTemplate, TrainingJob
+from jobs.models import Phase, PresetTemplate, ResourcePool, TrainingJob
 from tests.conftest import BUSYBOX, wait_for
 from tests.test_browser import ARTIFACTS, assert_not_reloaded, browser, log_in, mark_document, new_page  # noqa: F401
 
@@ -38,6 +38,7 @@ def open_wizard(page: Page) -> None:
 
 
 def test_walk_every_step_with_a_scenario_and_submit(demo, new_page, docker_client):  # noqa: F811
+    ResourcePool.objects.create(name="gpu-pool", kind="dedicated", node_cpus=8, node_memory_gb=64, node_gpus=2)
     page = new_page()
     log_in(page, "owner", "owner-password")
     open_wizard(page)
@@ -80,9 +81,11 @@ def test_walk_every_step_with_a_scenario_and_submit(demo, new_page, docker_clien
 
     # Resources: the dedicated-pool fields appear only for a dedicated pool.
     section = next_step(page, "Resources")
-    expect(section.get_by_label("Resource pool", exact=True)).to_be_hidden()
+    expect(section.locator("#field-pool")).to_be_hidden()
     section.get_by_label("Resource pool type").select_option("dedicated")
-    expect(section.get_by_label("Resource pool", exact=True)).to_be_visible()
+    expect(section.locator("#field-pool")).to_be_visible()
+    # The pool picker says what each dedicated pool has free.
+    expect(section.locator("#field-pool")).to_contain_text("gpu-pool · 8 CPUs, 64 GB, 2 GPUs per node · 0/0 nodes free")
     expect(section.get_by_label("Priority")).to_be_visible()
     section.get_by_label("Resource pool type").select_option("public")
     expect(section.get_by_label("Priority")).to_be_hidden()
@@ -254,3 +257,37 @@ def test_copy_a_job_from_its_page(demo, new_page):  # noqa: F811
     copy = TrainingJob.objects.get(name="original-copy")
     assert copy.environment_dict() == {"A": "1", "K": "y"} and copy.max_restarts == 7
     wait_for(lambda: TrainingJob.objects.get(id=copy.id).phase == Phase.RUNNING, message="the copy to run")
+
+
+def test_the_code_dir_is_picked_in_the_object_storage_browser(demo, new_page, settings):  # noqa: F811
+    """The wizard's "Browse object storage…" opens the storage browser in a dialog; the chosen
+    folder fills the field, which is then checked like a typed value (SPEC §3 code dir limits)."""
+    import shutil
+    import uuid
+    from pathlib import Path
+
+    bucket_name = f"wizard-{uuid.uuid4().hex[:8]}"
+    bucket = Path(settings.OBJECT_STORAGE_ROOT) / bucket_name
+    (bucket / "mnist" / "data").mkdir(parents=True)
+    (bucket / "mnist" / "train.py").write_text("print('train')\n")
+    try:
+        page = new_page()
+        log_in(page, "owner", "owner-password")
+        open_wizard(page)
+        page.locator(".steps").get_by_role("button", name=re.compile("Training configuration")).click()
+        section = step(page, "Training configuration")
+        section.locator("#field-code_dir").get_by_role("button", name="Browse object storage…").click()
+        dialog = page.locator("dialog#storage-dialog")
+        dialog.get_by_role("link", name=bucket_name).click()
+        dialog.get_by_role("link", name="mnist").click()
+        shot(page, "14-code-dir-picker")
+        dialog.get_by_role("button", name="Use this folder").first.click()
+        expect(dialog).to_be_hidden()
+        expect(section.get_by_label("Code dir", exact=True)).to_have_value(f"obs://{bucket_name}/mnist/")
+        expect(page.locator("#errors-code_dir")).to_be_empty()
+        # The preview shows where the picked code will be (after a refresh of the step).
+        section.locator("#runtime-preview").get_by_role("button", name="Refresh").click()
+        expect(page.locator("#runtime-preview")).to_contain_text("/home/ma-user/modelarts/user-job-dir/mnist")
+        shot(page, "15-runtime-preview")
+    finally:
+        shutil.rmtree(bucket, ignore_errors=True)

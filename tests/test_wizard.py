@@ -262,3 +262,15 @@ def test_copy_prefills_from_a_visible_job_only(demo, owner_client):
     member = Client()
     member.login(username="member", password="member-password")
     assert member.get(f"/jobs/create/?copy={job.id}").status_code == 404
+
+
+def test_the_pool_picker_shows_what_each_dedicated_pool_has_free(demo, owner_client):
+    from jobs.models import DockerHost
+
+    pool = ResourcePool.objects.create(name="gpus", kind="dedicated", node_cpus=16, node_memory_gb=128, node_gpus=8)
+    DockerHost.objects.create(name="g1", base_url="unix:///nowhere.sock", pool=pool)
+    DockerHost.objects.create(name="g2", base_url="unix:///nowhere.sock", pool=pool)
+    data = base_data(demo, step="resources", action="goto:resources", pool_type="dedicated")
+    html = section(owner_client.post("/jobs/create/", data, **HX), "resources")
+    assert "gpus · 16 CPUs, 128 GB, 8 GPUs per node · 2/2 nodes free · 16 GPUs · 32 CPUs · 256 GB" in html
+    assert 'value="test-pool"' not in html, "public pools are not offered as dedicated pools"

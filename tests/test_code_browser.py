@@ -1,0 +1,545 @@
+"""The code dir browser (SPEC §3): /storage/ lists object storage, views .log/.json/.md files,
+edits .txt/.py/.sh/.yaml files, and is the create wizard's folder picker (pick=<field>).
+
+View tests use Django's test client on a storage root in tmp_path; the browser test drives
+Debian's Chromium (Playwright) against the harness's daphne, whose root is the session's
+<VAR_DIR>/object-storage. Screenshots go to /tmp/shots/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import uuid
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+from django.urls import reverse
+from django.utils.html import escape
+
+from jobs import storage
+from tests.conftest import wait_for
+
+BROWSE = "/storage/"
+SAVE = "/storage/save/"
+HX = {"HTTP_HX_REQUEST": "true"}
+SHOTS = Path("/tmp/shots")
+CHROMIUM = "/usr/lib/chromium/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+
+
+def browse(path: str = "", **params: str) -> str:
+    query = {"path": path} if path else {}
+    return BROWSE + ("?" + urlencode(query | params) if query or params else "")
+
+
+@pytest.fixture
+def obs(settings, tmp_path) -> Path:
+    """A storage root with bucket b01 (a code folder with one file of each kind) and a bucket 'data-1'."""
+    root = tmp_path / "obs"
+    code = root / "b01" / "code"
+    (code / "sub" / "deeper").mkdir(parents=True)
+    (code / "train.py").write_text("import os\nprint('hello')\n")
+    (code / "run.sh").write_text("#!/bin/sh\npython train.py\n")
+    (code / "run.sh").chmod(0o755)
+    (code / "config.yaml").write_text("lr: 0.1\n")
+    (code / "notes.md").write_text("# Notes\n")
+    (code / "train.log").write_text("step 1\nstep 2\n")
+    (code / "model.bin").write_bytes(b"\x00\x01\x02")
+    (root / "data-1").mkdir()
+    (root / "NotABucket").mkdir()  # upper case: not a bucket name, not listed
+    settings.OBJECT_STORAGE_ROOT = str(root)
+    return root
+
+
+@pytest.fixture
+def user_client(client, django_user_model):
+    client.force_login(django_user_model.objects.create_user("reader", password="pw"))
+    return client
+
+
+def version_of(html: str) -> str:
+    return re.search(r'name="version" id="storage-version" value="([0-9a-f]*)"', html).group(1)
+
+
+# -- access ---------------------------------------------------------------------------------------------------------
+@pytest.mark.django_db
+def test_anonymous_is_sent_to_login(client, obs):
+    response = client.get(browse("obs://b01/code/"))
+    assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
+    response = client.post(SAVE, {"path": "obs://b01/code/train.py", "text": "pwned", "version": "", "overwrite": "1"})
+    assert response.status_code == 302 and response["Location"].startswith(reverse("login"))
+    assert (obs / "b01/code/train.py").read_text() == "import os\nprint('hello')\n"
+    # htmx would follow a redirect and swap the login page into the status line or the picker: say it instead.
+    response = client.post(SAVE, {"path": "obs://b01/code/train.py", "text": "x", "overwrite": "1"}, **HX)
+    assert response.status_code == 401 and "Your session has ended" in response.content.decode()
+    assert response["X-Storage-Browser"] == "1"
+    response = client.get(browse("obs://b01/", pick="code_dir"), **HX, HTTP_HX_CURRENT_URL="http://x/jobs/create/")
+    assert response.status_code == 401 and "Your session has ended" in response.content.decode()
+    assert 'href="/accounts/login/?next=http%3A//x/jobs/create/"' in response.content.decode()
+    assert (obs / "b01/code/train.py").read_text() == "import os\nprint('hello')\n"
+
+
+# -- listing and navigation -----------------------------------------------------------------------------------------
+@pytest.mark.django_db
+def test_bucket_list_then_folder_listing(user_client, obs):
+    html = user_client.get(BROWSE).content.decode()
+    assert "<html" in html and 'id="storage-browser"' in html
+    assert re.findall(r'data-name="([^"]+)"', html) == ["b01", "data-1"]  # NotABucket is no bucket name
+    assert f'href="{browse("obs://b01/")}"' in html
+
+    response = user_client.get(browse("obs://b01/code/"))
+    html = response.content.decode()
+    assert response.status_code == 200
+    names = re.findall(r'data-name="([^"]+)"', html)
+    assert names == ["sub", "config.yaml", "model.bin", "notes.md", "run.sh", "train.log", "train.py"]  # folders first
+    rows = {n: kind for kind, n in re.findall(r'<tr class="storage-row kind-(\w+)" data-name="([^"]+)"', html)}
+    assert rows == {
+        "sub": "dir",
+        "config.yaml": "edit",
+        "model.bin": "none",
+        "notes.md": "view",
+        "run.sh": "edit",
+        "train.log": "view",
+        "train.py": "edit",
+    }
+    assert '<td class="num nowrap">26 B</td>' in html  # train.py's size
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", html)  # modified
+    assert "cannot be opened" in html and 'data-name="model.bin"' in html
+    assert f'hx-get="{browse("obs://b01/code/train.py")}"' in html
+    assert f'hx-get="{browse("obs://b01/code/sub/")}"' in html
+    assert f'href="{browse("obs://b01/code/model.bin")}"' not in html  # listed, not a link
+    # Breadcrumbs: Buckets / b01 / code, and a way up.
+    crumbs = re.search(r'<nav class="storage-crumbs".*?</nav>', html, re.S).group(0)
+    assert f'href="{browse()}"' in crumbs and f'href="{browse("obs://b01/")}"' in crumbs
+    assert '<span aria-current="page">code</span>' in crumbs
+    assert "Parent folder" in html
+
+
+@pytest.mark.django_db
+def test_htmx_navigation_gets_only_the_browser(user_client, obs):
+    response = user_client.get(browse("obs://b01/code/sub/"), **HX)
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "<html" not in html
+    assert 'id="storage-browser"' in html and 'hx-push-url="true"' in html and 'data-name="deeper"' in html
+    assert "HX-Request" in response["Vary"]
+    # htmx asks for the whole page when it restores history it has not cached.
+    restore = user_client.get(browse("obs://b01/code/sub/"), **HX, HTTP_HX_HISTORY_RESTORE_REQUEST="true")
+    assert "<html" in restore.content.decode()
+
+
+@pytest.mark.django_db
+def test_one_spelling_per_folder_and_missing_paths(user_client, obs):
+    html = user_client.get(browse("obs://b01//code")).content.decode()
+    assert "<code>obs://b01/code/</code>" in html
+    response = user_client.get(browse("obs://b01/nowhere/"))
+    assert response.status_code == 404
+    assert "&#x27;obs://b01/nowhere/&#x27; does not exist in object storage." in response.content.decode()
+    assert user_client.get(browse("obs://nobucket/")).status_code == 404
+
+
+# -- viewing and editing --------------------------------------------------------------------------------------------
+@pytest.mark.django_db
+def test_viewable_files_are_shown_read_only(user_client, obs):
+    (obs / "b01/code/notes.md").write_text("# Notes\n<script>alert(1)</script>\n")
+    for name, text in (("train.log", "step 1\nstep 2\n"), ("notes.md", "&lt;script&gt;alert(1)&lt;/script&gt;")):
+        html = user_client.get(browse(f"obs://b01/code/{name}")).content.decode()
+        assert '<pre class="storage-view"' in html and text in html
+        assert "<textarea" not in html and "view only" in html
+    (obs / "b01/code/data.json").write_text('{"a": 1}')
+    html = user_client.get(browse("obs://b01/code/data.json")).content.decode()
+    assert "{&quot;a&quot;: 1}" in html and "<textarea" not in html
+
+
+@pytest.mark.django_db
+def test_other_files_are_listed_but_not_opened(user_client, obs):
+    html = user_client.get(browse("obs://b01/code/model.bin")).content.decode()
+    assert "This file is listed but cannot be opened" in html and ".txt .py .sh .yaml" in html
+    assert "<textarea" not in html and "<pre" not in html and "\x00" not in html
+
+
+@pytest.mark.django_db
+def test_edit_and_save_round_trip(user_client, obs):
+    html = user_client.get(browse("obs://b01/code/train.py")).content.decode()
+    assert '<textarea id="storage-text" name="text"' in html
+    assert "\nimport os\nprint(&#x27;hello&#x27;)\n</textarea>" in html  # after the newline the parser drops
+    version = version_of(html)
+    assert version == hashlib.sha256(b"import os\nprint('hello')\n").hexdigest()
+
+    # A browser sends a textarea's lines with CRLF: the file keeps its LF.
+    text = "import os\r\nprint('edited')\r\n"
+    response = user_client.post(SAVE, {"path": "obs://b01/code/train.py", "text": text, "version": version}, **HX)
+    body = response.content.decode()
+    assert response.status_code == 200, body
+    assert (obs / "b01/code/train.py").read_bytes() == b"import os\nprint('edited')\n"
+    assert "Saved obs://b01/code/train.py (26 B)" in body and 'class="save-status ok"' in body
+    new_version = hashlib.sha256(b"import os\nprint('edited')\n").hexdigest()
+    assert f'value="{new_version}" hx-swap-oob="true"' in body  # the next save compares against this
+    assert "<textarea" not in body  # only the status: the textarea keeps the user's text and place
+
+    # Saving again with the new version works; no temporary file is left behind.
+    again = user_client.post(SAVE, {"path": "obs://b01/code/train.py", "text": "x = 1\n", "version": new_version}, **HX)
+    assert again.status_code == 200 and (obs / "b01/code/train.py").read_text() == "x = 1\n"
+    assert sorted(p.name for p in (obs / "b01/code").iterdir() if p.name.startswith(".")) == []
+
+
+@pytest.mark.django_db
+def test_saving_keeps_the_execute_bit_and_crlf_files(user_client, obs):
+    version = version_of(user_client.get(browse("obs://b01/code/run.sh")).content.decode())
+    text = "#!/bin/sh\r\necho edited\r\n"
+    response = user_client.post(SAVE, {"path": "obs://b01/code/run.sh", "text": text, "version": version}, **HX)
+    assert response.status_code == 200
+    script = obs / "b01/code/run.sh"
+    assert script.read_bytes() == b"#!/bin/sh\necho edited\n" and os.access(script, os.X_OK)
+    assert oct(script.stat().st_mode & 0o777) == oct(0o755)
+
+    (obs / "b01/code/win.txt").write_bytes(b"a\r\nb\r\n")
+    html = user_client.get(browse("obs://b01/code/win.txt")).content.decode()
+    assert 'name="newline" value="crlf"' in html
+    post = {"path": "obs://b01/code/win.txt", "text": "a\r\nc\r\n", "version": version_of(html), "newline": "crlf"}
+    assert user_client.post(SAVE, post, **HX).status_code == 200
+    assert (obs / "b01/code/win.txt").read_bytes() == b"a\r\nc\r\n"
+
+
+@pytest.mark.django_db
+def test_a_conflict_is_refused_until_overwritten(user_client, obs):
+    version = version_of(user_client.get(browse("obs://b01/code/config.yaml")).content.decode())
+    (obs / "b01/code/config.yaml").write_text("lr: 0.5\n")  # someone else saves meanwhile
+    post = {"path": "obs://b01/code/config.yaml", "text": "lr: 0.2\n", "version": version}
+    response = user_client.post(SAVE, post, **HX)
+    body = response.content.decode()
+    assert response.status_code == 409
+    assert response["X-Storage-Browser"] == "1"  # storage.js swaps our 4xx messages in
+    assert "was changed by someone else since you opened it" in body and "Overwrite anyway" in body
+    assert (obs / "b01/code/config.yaml").read_text() == "lr: 0.5\n"
+
+    response = user_client.post(SAVE, post | {"overwrite": "1"}, **HX)
+    assert response.status_code == 200 and (obs / "b01/code/config.yaml").read_text() == "lr: 0.2\n"
+
+    # Deleted meanwhile: a conflict too.
+    (obs / "b01/code/config.yaml").unlink()
+    response = user_client.post(SAVE, post | {"version": version}, **HX)
+    assert response.status_code == 409 and "was deleted since you opened it" in response.content.decode()
+
+    # Without JavaScript the whole page comes back, with the text as typed.
+    (obs / "b01/code/config.yaml").write_text("lr: 0.9\n")
+    response = user_client.post(SAVE, post)
+    html = response.content.decode()
+    assert response.status_code == 409 and "<html" in html and "\nlr: 0.2\n</textarea>" in html
+
+
+@pytest.mark.django_db
+def test_too_big_files_are_neither_opened_nor_saved(user_client, obs):
+    big = "x" * (storage.MAX_TEXT_BYTES + 1)
+    (obs / "b01/code/big.py").write_text(big)
+    html = user_client.get(browse("obs://b01/code/big.py")).content.decode()
+    assert "larger than the 1 MB the browser opens" in html and "<textarea" not in html
+
+    version = version_of(user_client.get(browse("obs://b01/code/train.py")).content.decode())
+    post = {"path": "obs://b01/code/train.py", "text": big, "version": version}
+    response = user_client.post(SAVE, post, **HX)
+    assert response.status_code == 413
+    assert "Not saved: the text is 1.0 MB; at most 1 MB can be saved from the editor." in response.content.decode()
+    assert (obs / "b01/code/train.py").read_text() == "import os\nprint('hello')\n"
+
+
+@pytest.mark.django_db
+def test_only_editable_types_can_be_saved(user_client, obs):
+    for name in ("train.log", "notes.md", "model.bin", "new.json"):
+        post = {"path": f"obs://b01/code/{name}", "text": "changed", "version": "", "overwrite": "1"}
+        response = user_client.post(SAVE, post, **HX)
+        assert response.status_code == 400, name
+        assert "cannot be edited; only .txt .py .sh .yaml files can be edited" in response.content.decode()
+    assert (obs / "b01/code/train.log").read_text() == "step 1\nstep 2\n"
+    assert (obs / "b01/code/model.bin").read_bytes() == b"\x00\x01\x02"
+    assert not (obs / "b01/code/new.json").exists()
+    assert user_client.get(SAVE).status_code == 405
+
+
+@pytest.mark.django_db
+def test_non_utf8_text_is_shown_read_only(user_client, obs):
+    (obs / "b01/code/latin.txt").write_bytes("caf\xe9\n".encode("latin-1"))
+    html = user_client.get(browse("obs://b01/code/latin.txt")).content.decode()
+    assert "not UTF-8 text: it is shown read-only" in html and "<textarea" not in html and "<pre" in html
+
+
+# -- confinement to the storage root --------------------------------------------------------------------------------
+@pytest.mark.django_db
+def test_paths_leaving_the_root_are_refused(user_client, obs, tmp_path):
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "passwd.txt").write_text("root:x:0:0\n")
+    (obs / "b01/code/escape").symlink_to(secret)  # a folder link out of the bucket
+    (obs / "b01/code/escape.txt").symlink_to(secret / "passwd.txt")  # a file link out of the bucket
+    (obs / "b01/code/other").symlink_to(obs / "data-1")  # into another bucket
+    (obs / "linked").symlink_to(secret)  # a bucket folder that is a link out of the root
+    refused = {
+        "obs://b01/../linked/": "&#x27;.&#x27; and &#x27;..&#x27; are not allowed",
+        "obs://b01/code/../../../secret/": "&#x27;.&#x27; and &#x27;..&#x27; are not allowed",
+        "obs://b01/./code/": "are not allowed",
+        "/etc/passwd": "Not an object storage path",
+        "file:///etc/passwd": "Not an object storage path",
+        "obs:///etc/passwd": "Not a bucket name",
+        "obs://../etc/": "Not a bucket name",
+        "obs://b01/code/escape/": "leaves its bucket",
+        "obs://b01/code/escape/passwd.txt": "leaves its bucket",
+        "obs://b01/code/escape.txt": "leaves its bucket",
+        "obs://b01/code/other/": "leaves its bucket",
+        "obs://linked/": "leaves the object storage root",
+        "obs://linked/passwd.txt": "leaves the object storage root",
+        "obs://b01/" + "a" * 300 + "/": "longer than 255 bytes",
+        "obs://b01/a\x00b/": "are not allowed",
+    }
+    for path, message in refused.items():
+        response = user_client.get(browse(path))
+        html = response.content.decode()
+        assert response.status_code == 400, path
+        assert message in html and 'class="storage-error" role="alert"' in html, path
+        assert "root:x:0:0" not in html
+        partial = user_client.get(browse(path), **HX)
+        assert partial.status_code == 400 and message in partial.content.decode() and partial["X-Storage-Browser"]
+    # Percent-encoded dots arrive decoded once, and are refused as dots.
+    assert user_client.get(BROWSE + "?path=obs%3A%2F%2Fb01%2F%2e%2e%2Fetc%2F").status_code == 400
+    # The link out of the root is not in the bucket list; links in a folder are listed as what they are.
+    assert 'data-name="linked"' not in user_client.get(BROWSE).content.decode()
+    for path in ("obs://b01/code/escape.txt", "obs://linked/passwd.txt", "obs://b01/../b01/code/x.txt"):
+        post = {"path": path, "text": "owned\n", "version": "", "overwrite": "1"}
+        response = user_client.post(SAVE, post, **HX)
+        assert response.status_code == 400, path
+    assert (secret / "passwd.txt").read_text() == "root:x:0:0\n" and sorted(os.listdir(secret)) == ["passwd.txt"]
+
+
+def test_local_path_confines_to_the_root(settings, tmp_path):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "good" / "dir").mkdir(parents=True)
+    outside.mkdir()
+    (root / "alias").symlink_to(root / "good")  # a link inside the root is fine
+    (root / "away").symlink_to(outside)
+    (root / "good" / "out").symlink_to(outside)
+    settings.OBJECT_STORAGE_ROOT = str(root)
+    assert storage.local_path("obs://good/dir/") == (root / "good" / "dir").resolve()
+    assert storage.local_path("obs://alias/dir/") == (root / "good" / "dir").resolve()
+    for bad in ("obs://away/", "obs://away/x.py", "obs://good/out/", "obs://good/out/x.py", "obs://good/../away/"):
+        with pytest.raises(storage.StorageError):
+            storage.local_path(bad)
+    (root / "good" / "dir.txt").mkdir()
+    with pytest.raises(storage.StorageError, match="is a folder"):
+        storage.write_text("obs://good/dir.txt", "x")
+
+
+# -- the picker -----------------------------------------------------------------------------------------------------
+@pytest.mark.django_db
+def test_picker_partial_offers_folders(user_client, obs):
+    response = user_client.get(browse("obs://b01/code/", pick="code_dir"))
+    html = response.content.decode()
+    assert response.status_code == 200 and "<html" not in html  # always the partial: it goes into a <dialog>
+    assert 'data-pick="code_dir"' in html and "hx-push-url" not in html and 'id="storage-browser"' not in html
+    uses = re.findall(r'data-storage-use="([^"]+)"', html)
+    assert uses == ["obs://b01/code/", "obs://b01/code/sub/"]  # the current folder, then each folder
+    assert f'hx-get="{escape(browse("obs://b01/code/sub/", pick="code_dir"))}"' in html  # navigation stays a picker
+    assert f'hx-get="{escape(browse("obs://b01/", pick="code_dir"))}"' in html
+    assert "train.py" in html and "code%2Ftrain.py" not in html  # files are listed, not opened
+
+    buckets = user_client.get(browse(pick="code_dir")).content.decode()
+    assert re.findall(r'data-storage-use="([^"]+)"', buckets) == ["obs://b01/", "obs://data-1/"]
+
+
+@pytest.mark.django_db
+def test_picker_starts_at_the_nearest_folder(user_client, obs):
+    html = user_client.get(browse("obs://b01/code/train.py", pick="code_dir")).content.decode()
+    assert re.findall(r'data-storage-use="([^"]+)"', html)[0] == "obs://b01/code/"
+    assert "storage-notice" not in html
+    html = user_client.get(browse("obs://b01/code/new/deeper/", pick="code_dir")).content.decode()
+    assert re.findall(r'data-storage-use="([^"]+)"', html)[0] == "obs://b01/code/"
+    assert "&#x27;obs://b01/code/new/deeper/&#x27; does not exist (yet)" in html
+    html = user_client.get(browse("obs://nobucket/x/", pick="code_dir")).content.decode()
+    assert re.findall(r'data-storage-use="([^"]+)"', html) == ["obs://b01/", "obs://data-1/"]
+    html = user_client.get(browse("obs://b01/../x/", pick="code_dir")).content.decode()  # what the field held
+    assert "are not allowed" in html and 'data-storage-use="obs://b01/"' in html
+    response = user_client.get(browse("obs://b01/", pick='x" onclick="alert(1)'))
+    assert response.status_code == 400 and "Not a form field name" in response.content.decode()
+
+
+# -- in a real browser ----------------------------------------------------------------------------------------------
+@pytest.fixture
+def chromium_page(daphne_server):
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"Chromium is not installed at {CHROMIUM}")
+    daphne_server.ensure_running()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(base_url=daphne_server.url, viewport={"width": 1280, "height": 860})
+        context.set_default_timeout(15_000)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        yield page
+        browser.close()
+        assert errors == [], f"JavaScript errors: {errors}"
+
+
+@pytest.fixture
+def live_bucket(settings):
+    """A bucket of this test in the storage root the daphne process uses (the session's VAR_DIR)."""
+    name = f"browser-{uuid.uuid4().hex[:8]}"
+    bucket = Path(settings.OBJECT_STORAGE_ROOT) / name
+    (bucket / "code" / "data").mkdir(parents=True)
+    (bucket / "code" / "gone").mkdir()
+    (bucket / "code" / "train.py").write_text("print('v1')\n")
+    (bucket / "code" / "train.log").write_text("epoch 1 loss 0.9\nepoch 2 loss 0.5\n")
+    (bucket / "code" / "weights.bin").write_bytes(b"\x00" * 2048)
+    yield name, bucket
+    shutil.rmtree(bucket, ignore_errors=True)
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_browse_edit_and_pick_in_a_browser(demo, chromium_page, live_bucket):
+    from playwright.sync_api import expect
+
+    page = chromium_page
+    name, bucket = live_bucket
+    page.goto("/accounts/login/")
+    page.get_by_label("User name").fill("member")
+    page.get_by_label("Password").fill("member-password")
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("heading", name="Training jobs")).to_be_visible()
+
+    page.goto(BROWSE)
+    expect(page.get_by_role("heading", name="Object storage")).to_be_visible()
+    page.screenshot(path=str(SHOTS / "00-buckets.png"), full_page=True)
+    page.evaluate("window.__notReloaded = true")
+    page.get_by_role("link", name=f"{name}/", exact=True).click()
+    expect(page.locator(".storage-url code")).to_have_text(f"obs://{name}/")
+    page.get_by_role("link", name="code/").click()
+    expect(page.locator(".storage-url code")).to_have_text(f"obs://{name}/code/")
+    assert page.url.endswith(browse(f"obs://{name}/code/")), page.url  # pushed
+    expect(page.locator('tr[data-name="weights.bin"]')).to_contain_text("cannot be opened")
+    expect(page.locator('tr[data-name="weights.bin"]')).to_contain_text("2 KB")
+    page.screenshot(path=str(SHOTS / "01-folder.png"), full_page=True)
+
+    # A folder removed after the listing was shown: our 404 message is swapped in, the page stays.
+    (bucket / "code" / "gone").rmdir()
+    page.get_by_role("link", name="gone/").click()
+    expect(page.locator(".storage-error")).to_contain_text(f"'obs://{name}/code/gone/' does not exist in object")
+    assert page.evaluate("window.__notReloaded === true"), "the page was reloaded"
+    expect(page.get_by_role("heading", name="Object storage")).to_be_visible()
+    page.go_back()
+    expect(page.locator(".storage-url code")).to_have_text(f"obs://{name}/code/")
+    page.get_by_role("row", name=re.compile("weights.bin")).get_by_text("weights.bin").click()  # not a link
+    expect(page.locator(".storage-url code")).to_have_text(f"obs://{name}/code/")
+    page.goto(browse(f"obs://{name}/code/weights.bin"))
+    expect(page.locator(".storage-notice")).to_contain_text("This file is listed but cannot be opened")
+    page.screenshot(path=str(SHOTS / "01b-not-openable.png"), full_page=True)
+    page.go_back()
+    page.evaluate("window.__notReloaded = true")
+    page.get_by_role("link", name="train.log").click()
+    expect(page.locator("pre.storage-view")).to_contain_text("epoch 2 loss 0.5")
+    page.screenshot(path=str(SHOTS / "02-view-log.png"), full_page=True)
+    page.locator(".storage-crumbs").get_by_role("link", name="code", exact=True).click()
+
+    page.get_by_role("link", name="train.py").click()
+    editor = page.get_by_label("Content of train.py")
+    expect(editor).to_have_value("print('v1')\n")
+    editor.fill("import sys\nprint('v2', sys.argv)\n")
+    # Leaving unsaved text asks first (the dismissed question keeps the editor).
+    questions: list[str] = []
+    page.once("dialog", lambda d: (questions.append(d.message), d.dismiss()))
+    page.locator(".storage-crumbs").get_by_role("link", name="code", exact=True).click()
+    wait_for(lambda: questions, timeout=10, message="the unsaved-changes question")
+    assert "not saved" in questions[0]
+    expect(editor).to_have_value("import sys\nprint('v2', sys.argv)\n")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#save-status")).to_contain_text(f"Saved obs://{name}/code/train.py")
+    assert (bucket / "code" / "train.py").read_text() == "import sys\nprint('v2', sys.argv)\n"
+    page.screenshot(path=str(SHOTS / "03-saved.png"), full_page=True)
+
+    # Someone else saves meanwhile: a clear conflict, the text stays, then an explicit overwrite.
+    (bucket / "code" / "train.py").write_text("print('theirs')\n")
+    editor.fill("print('mine')\n")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#save-status")).to_contain_text("was changed by someone else since you opened it")
+    expect(editor).to_have_value("print('mine')\n")
+    assert (bucket / "code" / "train.py").read_text() == "print('theirs')\n"
+    page.screenshot(path=str(SHOTS / "04-conflict.png"), full_page=True)
+    with page.expect_response(re.compile(r"/storage/save/$")) as answer:
+        page.get_by_role("button", name="Overwrite anyway").click()
+    assert answer.value.status == 200
+    expect(page.locator("#save-status")).to_contain_text("Saved")
+    assert (bucket / "code" / "train.py").read_text() == "print('mine')\n"
+    # The new version came back out of band: saving again is no conflict.
+    editor.fill("print('mine again')\n")
+    with page.expect_response(re.compile(r"/storage/save/$")) as answer:
+        page.get_by_role("button", name="Save").click()
+    assert answer.value.status == 200, answer.value.text()
+    expect(page.locator("#save-status")).to_contain_text("Saved")
+    assert (bucket / "code" / "train.py").read_text() == "print('mine again')\n"
+
+    # Too big for the editor: refused in the page, nothing sent.
+    page.evaluate("document.getElementById('storage-text').value = 'x'.repeat(1024 * 1024 + 1)")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#save-status")).to_contain_text("at most 1 MB can be saved from the editor")
+    assert (bucket / "code" / "train.py").read_text() == "print('mine again')\n"
+    assert page.evaluate("window.__notReloaded === true"), "the page was reloaded"
+
+    # Back: htmx restores the folder.
+    page.go_back()
+    expect(page.locator(".storage-url code")).to_have_text(f"obs://{name}/code/")
+
+    # A path leaving the root: a clear 400.
+    response = page.goto(browse(f"obs://{name}/../etc/"))
+    assert response.status == 400
+    expect(page.locator(".storage-error")).to_contain_text("'.' and '..' are not allowed")
+    page.screenshot(path=str(SHOTS / "05-refused.png"), full_page=True)
+
+    # The picker, as the create wizard uses it: a page with the field, its button and storage.js.
+    page.goto(BROWSE)
+    htmx_src = page.locator("script[src*='htmx']").first.get_attribute("src")
+    wizard = f"""<!doctype html><html><head><link rel="stylesheet" href="/static/console/console.css">
+      <script src="{htmx_src}"></script></head><body><main><form class="card">
+      <div class="field"><label for="id_code_dir">Code dir</label>
+      <input type="text" name="code_dir" id="id_code_dir" value="obs://{name}/code/new/">
+      <button type="button" data-storage-pick="code_dir">Browse…</button></div></form></main>
+      <script src="/static/console/storage.js" defer></script></body></html>"""
+    html = "text/html; charset=utf-8"
+    page.route("**/picker-test/", lambda route: route.fulfill(status=200, content_type=html, body=wizard))
+    page.goto("/picker-test/")
+    page.evaluate(
+        "window.__events = [];"
+        "for (const t of ['input', 'change']) document.getElementById('id_code_dir')"
+        ".addEventListener(t, e => window.__events.push(e.type + ':' + e.target.value))"
+    )
+    page.get_by_role("button", name="Browse…").click()
+    dialog = page.get_by_role("dialog", name="Choose a folder for Code dir")
+    expect(dialog).to_be_visible()
+    expect(dialog.locator(".storage-notice")).to_contain_text("does not exist (yet)")
+    expect(dialog.locator(".storage-pick-current")).to_contain_text("Use this folder")
+    page.screenshot(path=str(SHOTS / "06-picker.png"))
+    dialog.get_by_role("link", name=name, exact=True).click()  # navigate up inside the dialog
+    expect(dialog.locator(".storage-url code")).to_have_text(f"obs://{name}/")
+    dialog.get_by_role("link", name="code/").click()
+    expect(dialog.locator('tr[data-name="data"]')).to_be_visible()
+    assert page.url.endswith("/picker-test/")  # the picker pushes no URL
+    page.screenshot(path=str(SHOTS / "07-picker-folder.png"))
+    dialog.locator('tr[data-name="data"]').get_by_role("button", name="Use this folder").click()
+    expect(dialog).to_be_hidden()
+    expect(page.get_by_role("textbox", name="Code dir")).to_have_value(f"obs://{name}/code/data/")
+    chosen = f"obs://{name}/code/data/"
+    assert page.evaluate("window.__events") == [f"input:{chosen}", f"change:{chosen}"]
+    # Again, from the new value: the current folder's button.
+    page.get_by_role("button", name="Browse…").click()
+    expect(dialog.locator(".storage-url code")).to_have_text(chosen)
+    dialog.locator(".storage-pick-current").get_by_role("button", name="Use this folder").click()
+    expect(dialog).to_be_hidden()
+    expect(page.get_by_role("textbox", name="Code dir")).to_have_value(chosen)
+    page.get_by_role("button", name="Browse…").click()
+    dialog.get_by_role("button", name="Cancel").click()
+    expect(dialog).to_be_hidden()
+    page.screenshot(path=str(SHOTS / "08-picked.png"))
