@@ -4,7 +4,7 @@ import os
 
 from celery import shared_task
 
-from jobs.runtime import lifecycle, supervise
+from jobs.runtime import lifecycle, outputs, supervise
 from jobs.runtime import reconcile as reconcile_steps
 
 
@@ -31,6 +31,16 @@ def end_attempt(attempt_id: int) -> bool:
 @shared_task
 def stop_job(job_id: str) -> bool:
     return lifecycle.stop_job(job_id)
+
+
+@shared_task
+def job_outputs(job_id: str) -> bool:
+    return outputs.complete_outputs(job_id)
+
+
+@shared_task
+def delete_job_logs(job_id: str) -> bool:
+    return outputs.delete_logs(job_id)
 
 
 @shared_task

@@ -5,6 +5,7 @@ from __future__ import annotations
 from jobs.models import (
     TrainingJob,
 )
+from jobs.runtime.outputs import keeps_logs, logs_status, publish_status
 
 from .serializers import (  # noqa: F401
     HANG_RETRY,
@@ -79,7 +80,8 @@ def job_representation(job: TrainingJob) -> dict:
             "model_brand": job.model_brand,
             "model_description": job.model_description,
             "version_description": job.version_description,
-            "version": job.publish_version,
+            # The version it will create; once published, the one it created (status.publish).
+            "version": job.published_version.label if job.published_version_id else job.publish_version,
         }
     prometheus = None
     if job.metrics_mode == TrainingJob.MetricsMode.HTTP:
@@ -117,7 +119,7 @@ def job_representation(job: TrainingJob) -> dict:
             "resource": resource,
             "volumes": volumes,
             "schedule_policy": {"priority": job.priority, "preemptible": job.preemptible},
-            "keep_logs": bool(job.keep_logs),
+            "keep_logs": keeps_logs(job),
             "log_export_path": {"obs_url": job.log_export_path} if job.log_export_path else None,
             "log_time_range_download": job.log_time_range_download,
             "auto_stop_hours": job.auto_stop_hours,
@@ -153,6 +155,9 @@ def job_representation(job: TrainingJob) -> dict:
             "max_restarts": job.max_restarts_effective,
             "hang_restarts_used": job.hang_restarts_used,
             "reschedules_used": job.reschedules_used,
+            # What the job left once it ended (jobs/runtime/outputs.py).
+            "publish": publish_status(job),
+            "logs": logs_status(job),
         },
     }
 

@@ -15,8 +15,7 @@ from jobs import listing
 from jobs.access import check_quota, visible_jobs, workspaces_of
 from jobs.listing import JobQuery
 from jobs.models import FINAL_PHASES, TaskRun, TrainingJob, Workspace
-from jobs.runtime import lifecycle
-from jobs.runtime.logs import read_lines
+from jobs.runtime import lifecycle, outputs
 
 from . import schema as s
 from .representations import event_representation, job_representation, recovery_representation
@@ -198,11 +197,27 @@ class TrainingJobEvents(APIView):
 class TrainingJobTaskLogs(APIView):
     @extend_schema(
         operation_id="show_training_job_task_log",
-        summary="The whole log of one instance (task worker-N) across all attempts, as text",
+        summary="The log of one instance (task worker-N) across all attempts, as text: whole, or a time range",
+        description="With start_time and/or end_time (inclusive; either may be left open) only the lines "
+        "logged in that range, where the job has log download by time range on "
+        "(spec.log_time_range_download); otherwise 400 naming that setting. 410 once retention deleted "
+        "the logs of a job that does not keep them permanently (status.logs says when).",
         parameters=[
-            OpenApiParameter("task", OpenApiTypes.STR, OpenApiParameter.PATH, description="worker-0, worker-1, ...")
+            OpenApiParameter("task", OpenApiTypes.STR, OpenApiParameter.PATH, description="worker-0, worker-1, ..."),
+            OpenApiParameter(
+                "start_time",
+                OpenApiTypes.STR,
+                description="ISO 8601 date and time (without an offset: the console's time zone) or "
+                "milliseconds since the epoch.",
+            ),
+            OpenApiParameter("end_time", OpenApiTypes.STR, description="Same format as start_time."),
         ],
-        responses={(200, "text/plain"): OpenApiTypes.STR, 404: s.NOT_FOUND},
+        responses={
+            (200, "text/plain"): OpenApiTypes.STR,
+            400: s.BAD_REQUEST,
+            404: s.NOT_FOUND,
+            410: OpenApiResponse(s.ERROR, description="The logs were deleted by retention."),
+        },
     )
     def get(self, request, project_id: str, job_id, task: str):
         job = _job(request, project_id, job_id)
@@ -210,15 +225,11 @@ class TrainingJobTaskLogs(APIView):
             index = int(task.removeprefix("worker-"))
         except ValueError:
             raise Http404("No such task") from None
-        runs = (
-            TaskRun.objects.filter(attempt__job=job, index=index).select_related("attempt").order_by("attempt__number")
-        )
-        if not runs.exists():
+        if not TaskRun.objects.filter(attempt__job=job, index=index).exists():
             raise Http404("No such task")
-
-        def lines():
-            for run in runs:
-                for line in read_lines(run):
-                    yield line.text + "\n"
-
-        return StreamingHttpResponse(lines(), content_type="text/plain; charset=utf-8")
+        try:
+            start_ns, end_ns = outputs.check_log_request(job, request.query_params)
+        except outputs.LogRequestRefused as refused:
+            return _error(refused.status, {refused.field: [refused.message]})
+        lines = outputs.instance_log(job, index, start_ns, end_ns, separators=False)
+        return StreamingHttpResponse(lines, content_type="text/plain; charset=utf-8")

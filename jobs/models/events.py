@@ -17,6 +17,12 @@ class EventKind(models.TextChoices):
     RESCHEDULED = "rescheduled"
     HOST_ISOLATED = "host_isolated", "host isolated"
     ENV_CHECK_FAILED = "env_check_failed", "environment check failed"
+    # What happened to the job's outputs after it ended (jobs/runtime/outputs.py).
+    MODEL_PUBLISHED = "model_published", "model published"
+    MODEL_NOT_PUBLISHED = "model_not_published", "model not published"
+    LOGS_EXPORTED = "logs_exported", "logs exported"
+    LOGS_EXPORT_FAILED = "logs_export_failed", "log export failed"
+    LOGS_DELETED = "logs_deleted", "logs deleted"
 
 
 # Events a user may subscribe a notification topic to (SPEC §3 "notifications").

@@ -293,6 +293,23 @@ class TrainingJob(JobRules, models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
 
+    # What happens to the job's outputs once it ended (jobs/runtime/outputs.py), each step once.
+    publish_checked_at = models.DateTimeField(
+        null=True, blank=True, help_text="When auto-publish ran (whether or not it published)."
+    )
+    published_version = models.ForeignKey(
+        ModelVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="The model version auto-publish created.",
+    )  # fmt: skip
+    publish_note = models.TextField(blank=True, help_text="Why auto-publish published nothing.")
+    logs_exported_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the logs were exported to the log path (or the export gave up)."
+    )
+    logs_export_error = models.TextField(blank=True, help_text="Why the export failed; the logs stay here.")
+    logs_deleted_at = models.DateTimeField(
+        null=True, blank=True, help_text="When retention deleted the logs (keep logs permanently off)."
+    )
+
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["workspace", "-created_at"]), models.Index(fields=["phase"])]

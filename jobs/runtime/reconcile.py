@@ -144,6 +144,46 @@ def release_retained_jobs() -> bool:
     return bool(ids)
 
 
+OUTPUTS_GRACE_S = 10
+
+
+def complete_job_outputs() -> bool:
+    """Ended jobs whose model is not published or whose logs are not exported yet: the task
+    finish() queued was lost, or its worker died (publish and export are idempotent). The
+    grace leaves the task finish() queued its turn first."""
+    from .outputs import ENDED_PHASES, PUBLISHABLE_PHASES, keeps_logs_q
+
+    cutoff = timezone.now() - timezone.timedelta(seconds=OUTPUTS_GRACE_S)
+    to_publish = Q(auto_publish=True, publish_checked_at__isnull=True, phase__in=PUBLISHABLE_PHASES)
+    to_export = keeps_logs_q() & Q(logs_exported_at__isnull=True)
+    ids = list(
+        TrainingJob.objects.filter(phase__in=ENDED_PHASES, ended_at__lt=cutoff)
+        .filter(to_publish | to_export)
+        .order_by("ended_at")
+        .values_list("id", flat=True)[:100]
+    )
+    for job_id in ids:
+        _tasks().job_outputs.delay(str(job_id))
+    return bool(ids)
+
+
+def delete_expired_logs() -> bool:
+    """Jobs without keep logs permanently whose retention (LOG_RETENTION_S, 30 days) since
+    the end is over: their persisted logs are deleted (SPEC §3 "keep logs permanently")."""
+    from .outputs import ENDED_PHASES, drops_logs_q, log_retention_s
+
+    cutoff = timezone.now() - timezone.timedelta(seconds=log_retention_s())
+    ids = list(
+        TrainingJob.objects.filter(phase__in=ENDED_PHASES, ended_at__lt=cutoff, logs_deleted_at__isnull=True)
+        .filter(drops_logs_q())
+        .order_by("ended_at")
+        .values_list("id", flat=True)[:100]
+    )
+    for job_id in ids:
+        _tasks().delete_job_logs.delay(str(job_id))
+    return bool(ids)
+
+
 STEPS = (
     check_hosts,
     schedule_pending_jobs,
@@ -153,6 +193,8 @@ STEPS = (
     finish_terminations,
     auto_stop_jobs,
     release_retained_jobs,
+    complete_job_outputs,
+    delete_expired_logs,
 )
 
 

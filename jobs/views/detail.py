@@ -12,9 +12,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from jobs.access import visible_jobs
-from jobs.models import Attempt, TaskRun, TrainingJob
-from jobs.runtime import lifecycle
-from jobs.runtime.logs import read_lines
+from jobs.models import Attempt, TrainingJob
+from jobs.runtime import lifecycle, outputs
 
 TABS = ("overview", "logs", "recovery", "attempts", "events")
 EVENTS_SHOWN = 500  # the Events tab shows the newest ones
@@ -319,7 +318,7 @@ def job_detail(request, job_id):
     tab = request.GET.get("tab", "overview")
     if tab not in TABS:
         raise Http404("No such tab")
-    context = job_context(job) | {"tab": tab, "instance": _instance(request, job)}
+    context = job_context(job) | outputs.page_context(job) | {"tab": tab, "instance": _instance(request, job)}
     if request.htmx and not request.htmx.boosted:
         return render(request, f"jobs/_tab_{tab}.html", context)
     return render(request, "jobs/job_detail.html", context)
@@ -344,17 +343,17 @@ def job_stop(request, job_id):
 
 @login_required
 def job_log_download(request, job_id, index):
+    """The log of one instance across all attempts, or of a time range (start_time, end_time)
+    where the job allows it; 410 once retention deleted the logs."""
     job = get_object_or_404(visible_jobs(request.user), id=job_id)
-    runs = TaskRun.objects.filter(attempt__job=job, index=index).select_related("attempt", "host")
-
-    def lines():
-        for run in runs.order_by("attempt__number"):
-            yield f"# attempt {run.attempt.number} on {run.host.name}, container {run.container_name}\n"
-            for line in read_lines(run):
-                yield line.text + "\n"
-
-    response = StreamingHttpResponse(lines(), content_type="text/plain; charset=utf-8")
-    response["Content-Disposition"] = f'inline; filename="{job.name}-worker-{index}.log"'
+    try:
+        start_ns, end_ns = outputs.check_log_request(job, request.GET)
+    except outputs.LogRequestRefused as refused:
+        return HttpResponse(refused.message + "\n", status=refused.status, content_type="text/plain; charset=utf-8")
+    lines = outputs.instance_log(job, index, start_ns, end_ns)
+    response = StreamingHttpResponse(lines, content_type="text/plain; charset=utf-8")
+    suffix = "-range" if start_ns is not None or end_ns is not None else ""
+    response["Content-Disposition"] = f'inline; filename="{job.name}-worker-{index}{suffix}.log"'
     return response
 
 
