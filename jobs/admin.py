@@ -188,6 +188,7 @@ class AttemptAdmin(admin.ModelAdmin):
 
 class AttemptInline(admin.TabularInline):
     model = Attempt
+    fk_name = "job"  # Attempt also points at the job that preempted it
     extra = 0
     can_delete = False
     show_change_link = True

@@ -21,6 +21,7 @@ class Attempt(models.Model):
         SUCCEEDED = "succeeded"
         FAILED = "failed"
         TERMINATED = "terminated"
+        PREEMPTED = "preempted"
 
     job = models.ForeignKey(TrainingJob, on_delete=models.CASCADE, related_name="attempts")
     number = models.PositiveIntegerField()
@@ -30,6 +31,17 @@ class Attempt(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
+    # Set once, with a conditional UPDATE, by the scheduler that stops this attempt to make
+    # room for a higher-priority job (SPEC §3 "preemptible"): its end is then "preempted".
+    preempted_at = models.DateTimeField(null=True, blank=True)
+    preempted_by = models.ForeignKey(
+        TrainingJob,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="preemptions",
+        help_text="The job that needed the room.",
+    )
 
     class Meta:
         ordering = ["job", "number"]

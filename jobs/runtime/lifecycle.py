@@ -18,11 +18,12 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from console import realtime
+from faulttolerance.classify import PREEMPTED
 from faulttolerance.models import RecoveryRecord
 from jobs import events, listing
 from jobs.models import FINAL_PHASES, RETAINED_PHASES, Attempt, DockerHost, EventKind, Phase, TaskRun, TrainingJob
 
-from . import docker_hosts, placement
+from . import docker_hosts, placement, preemption
 from .logs import docker_time
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,9 @@ def schedule_job(job_id) -> bool:
     holds back the jobs behind it, so a large high-priority job is not starved by
     small ones slipping past (strict order, no backfill). A job that cannot be
     placed for another reason (no healthy host, its affinity hosts are down) does
-    not hold the queue. Returns whether a job was placed or ended.
+    not hold the queue. On a dedicated pool the first job that waits for capacity
+    may preempt lower-priority preemptible jobs (preemption.py). Returns whether a
+    job was placed or ended.
     """
     job = TrainingJob.objects.filter(id=job_id).only("pool_type", "pool_id").first()
     if job is None:
@@ -150,10 +153,17 @@ def _schedule_one(job_id, blocked_by: TrainingJob | None) -> tuple[str, Training
             )
             return WAITING, job
         waiting_recovery = RecoveryRecord.objects.filter(job=job, restart=True, next_attempt=None).first()
-        placed = placement.place_job(job, for_recovery=waiting_recovery is not None)
+        # Hot-standby hosts take over failed work; a preempted job waits like any other.
+        for_recovery = waiting_recovery is not None and waiting_recovery.failure_class != PREEMPTED
+        placed = placement.place_job(job, for_recovery=for_recovery)
         if placed.hosts is None:
-            _set_reason(job, placed.reason)
-            return (WAITING_FOR_CAPACITY if placed.waiting_for_capacity else WAITING), job
+            if not placed.waiting_for_capacity:
+                _set_reason(job, placed.reason)
+                return WAITING, job
+            # Still under the placement lock: no other scheduler preempts for the same room.
+            making_room = preemption.preempt_for(job, for_recovery=for_recovery)
+            _set_reason(job, f"{placed.reason} {making_room}".strip())
+            return WAITING_FOR_CAPACITY, job
         level = waiting_recovery.level if waiting_recovery else "initial"
         attempt = new_attempt(job, placed.hosts, level)
         if waiting_recovery:
@@ -328,6 +338,7 @@ def finish(job: TrainingJob, phase: str, reason: str) -> None:
     events.record(job, PHASE_EVENTS[RELEASED.get(phase, phase)], message)
     announce(job.id)
     transaction.on_commit(lambda: kick_queue(job))
+    dispatch("job_outputs", str(job.id))  # auto-publish and log export, once (outputs.py)
 
 
 # -- auto stop and retention (SPEC §3 "more settings") -------------------------------

@@ -29,10 +29,12 @@ from .lifecycle import (
     HOST_ERRORS,
     announce,
     containers_kept,
+    dispatch,
     finish,
     isolate_host,
     new_attempt,
     pick_hosts,
+    remove_attempt_containers,
     stop_attempt_containers,
     stop_reason,
 )
@@ -240,28 +242,39 @@ def _failed(task_run: TaskRun) -> bool:
 
 def attempt_may_have_ended(attempt_id: int) -> bool:
     """Called whenever an instance ended: end the attempt once its fate is known."""
-    attempt = Attempt.objects.select_related("job").get(id=attempt_id)
+    attempt = Attempt.objects.select_related("job", "preempted_by").get(id=attempt_id)
     runs = list(attempt.task_runs.select_related("host"))
     failed = sorted((r for r in runs if _failed(r)), key=lambda r: r.ended_at or timezone.now())
     done = [r for r in runs if r.state not in (TaskRun.State.CREATED, TaskRun.State.RUNNING)]
     terminating = TrainingJob.objects.filter(id=attempt.job_id, terminate_requested=True).exists()
-    if not failed and not terminating and len(done) < len(runs):
+    preempted = _preempted(attempt)
+    stopping = terminating or preempted
+    if not failed and not stopping and len(done) < len(runs):
         return False  # the others are still working
-    if terminating and attempt.state == Attempt.State.RUNNING and any(r.state == TaskRun.State.RUNNING for r in runs):
-        # Wait until every container of a stopped job is gone; instances still
-        # "created" were never started (the stop came first) and have none.
+    if stopping and attempt.state == Attempt.State.RUNNING and any(r.state == TaskRun.State.RUNNING for r in runs):
+        # Wait until every container of a stopped (or preempted) job is gone, so that
+        # its capacity is free; instances still "created" were never started and have none.
         return False
     # Exactly one caller decides for an attempt, however many workers race here.
     if not Attempt.objects.filter(id=attempt.id, state__in=[Attempt.State.STARTING, Attempt.State.RUNNING]).update(
         state=Attempt.State.ENDED, ended_at=timezone.now()
     ):
         return False
+    # Once ended, no scheduler can claim it any more (it claims running attempts only):
+    # whether it was preempted is now settled.
+    attempt.refresh_from_db(fields=["preempted_at", "preempted_by"])
+    preempted = _preempted(attempt)
     decision = None
     with transaction.atomic():
         job = TrainingJob.objects.select_for_update().get(id=attempt.job_id)
         if job.terminate_requested:
             Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.TERMINATED)
             finish(job, Phase.TERMINATED, stop_reason(job))  # by the user, or by auto stop
+        elif preempted:
+            # Before "exited 0 -> Completed" and the failure classes: on SIGTERM a process
+            # may exit 0 or 143, and neither is the job's own end.
+            Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.PREEMPTED)
+            _requeue_preempted(job, attempt, runs)
         elif not failed:
             Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.SUCCEEDED)
             finish(job, Phase.COMPLETED, "")
@@ -274,6 +287,75 @@ def attempt_may_have_ended(attempt_id: int) -> bool:
         # waiting for a decision must end: stop every container of the attempt.
         stop_attempt_containers(attempt.id)
     return True
+
+
+def _preempted(attempt: Attempt) -> bool:
+    """The scheduler claimed this attempt for a higher-priority job. The claim wins over
+    an end that raced it (the instances ending on their own in the same instant): the
+    job runs again rather than being judged on an exit its stop may have caused."""
+    return attempt.preempted_at is not None
+
+
+def _requeue_preempted(job: TrainingJob, attempt: Attempt, runs: list[TaskRun]) -> None:
+    """SPEC §4 "preempted": back to Pending with its own priority and age, the restart budget
+    untouched; a Preempted event naming the job that needed the room, and the recovery
+    record of the decision (policy.decide restarts a preempted job whatever R is)."""
+    by = attempt.preempted_by
+    by_text = f"{by.name} (priority {by.priority})" if by is not None else "a higher-priority job (since deleted)"
+    policy = Policy(job.max_restarts_effective, job.unconditional_restart, job.hang_restart, job.pod_retry_num)
+    counters = Counters(
+        job.restarts_used,
+        job.hang_restarts_used,
+        job.consecutive_unconditional,
+        job.consecutive_hang,
+        job.reschedules_used,
+    )
+    ran_for = (attempt.ended_at or timezone.now()) - (attempt.started_at or attempt.created_at)
+    stable = ran_for.total_seconds() >= settings.STABLE_WINDOW_S
+    decision = decide(policy, counters, c.PREEMPTED, stable=stable, multi_instance=job.node_count > 1)
+    after = decision.counters
+    TrainingJob.objects.filter(id=job.id).update(
+        phase=Phase.PENDING,
+        phase_reason=f"Preempted by {by_text}; queued again with priority {job.priority}.",
+        consecutive_unconditional=after.consecutive_unconditional,
+        consecutive_hang=after.consecutive_hang,
+    )
+    pool = job.pool.name if job.pool_id else ""
+    budget = f" (restarts used stay {after.restarts_used}/{policy.max_restarts})" if policy.max_restarts else ""
+    events.record(
+        job,
+        EventKind.PREEMPTED,
+        f"Preempted by {by_text}, which needed the room on pool {pool}; attempt {attempt.number} stopped and the job "
+        f"queued again{budget}.",
+        preempted_by=by.name if by is not None else "",
+        preempted_by_id=str(by.id) if by is not None else "",
+        preempted_by_priority=by.priority if by is not None else None,
+        attempt=attempt.number,
+    )
+    first = min(runs, key=lambda r: r.index)
+    RecoveryRecord.objects.create(
+        job=job,
+        failed_attempt=attempt,
+        detected_at=attempt.preempted_at or timezone.now(),
+        failure_class=c.PREEMPTED,
+        rule="preempted",
+        explanation=f"Stopped by the scheduler to make room for {by_text} on pool {pool}.",
+        exit_code=first.exit_code,
+        evidence={"preempted_by": by.name if by is not None else "", "preempted_by_id": str(by.id) if by else ""},
+        restart=decision.restart,
+        level=decision.level,
+        decision=decision.summary,
+        restarts_used_after=after.restarts_used,
+        max_restarts=policy.max_restarts,
+        hang_restarts_after=after.hang_restarts_used,
+        reschedules_after=after.reschedules_used,
+    )
+    announce(job.id)
+    attempt_id, job_id = attempt.id, str(job.id)
+    # The stopped containers hold nothing worth keeping (retention is for ended jobs), and the
+    # room they freed is for the job that asked for it: schedule the pool's queue now.
+    transaction.on_commit(lambda: remove_attempt_containers(attempt_id))
+    dispatch("schedule_job", job_id)
 
 
 def _facts(run: TaskRun) -> c.EndFacts:
