@@ -251,3 +251,26 @@ def test_non_preemptible_equal_priority_and_other_pools_jobs_are_never_preempted
     assert not preempted(keep) and not preempted(elsewhere)
     assert Attempt.objects.filter(preempted_at__isnull=False).count() == 1
     assert equal.attempts.count() == 0 and reload(equal).phase == Phase.PENDING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_reconcile_stops_a_preempted_attempt_whose_stop_was_lost(demo, worker, docker_client):
+    """The scheduler's worker died after claiming a victim and before stopping it: the reconcile
+    step stops the victim's containers (and only then does supervision re-queue the job)."""
+    from django.utils import timezone
+
+    from jobs.runtime import reconcile
+    from tests.conftest import submit_job, wait_for
+
+    job = submit_job(demo, name="victim", command="sleep 120")
+    attempt = wait_for(lambda: Attempt.objects.filter(job=job, state=Attempt.State.RUNNING).first())
+    assert not reconcile.stop_stale_preemptions()
+    Attempt.objects.filter(id=attempt.id).update(preempted_at=timezone.now() - timezone.timedelta(seconds=60))
+    assert reconcile.stop_stale_preemptions()
+    wait_for(
+        lambda: not docker_client.containers.list(filters={"label": f"console.job={job.id}", "status": "running"}),
+        message="the victim's container to stop",
+    )
+    # Re-queued (it may already run again: nothing else waits for its host), its budget untouched.
+    wait_for(lambda: job.events.filter(kind=EventKind.PREEMPTED).exists(), message="the victim re-queued")
+    assert TrainingJob.objects.get(id=job.id).restarts_used == 0

@@ -85,6 +85,26 @@ def finish_terminations() -> bool:
     return bool(ids)
 
 
+def stop_stale_preemptions() -> bool:
+    """Preempted attempts whose containers still run after a while: the scheduler's worker died
+    between claiming the victims and stopping them, and no job of the pool is waiting to do it."""
+    from .preemption import RESTOP_AFTER_S, stop_preempted
+
+    cutoff = timezone.now() - timezone.timedelta(seconds=RESTOP_AFTER_S)
+    ids = list(
+        Attempt.objects.filter(
+            state=Attempt.State.RUNNING,
+            preempted_at__lt=cutoff,
+            task_runs__state__in=[TaskRun.State.CREATED, TaskRun.State.RUNNING],
+        )
+        .distinct()
+        .values_list("id", flat=True)
+    )
+    if ids:
+        stop_preempted(ids, "")
+    return bool(ids)
+
+
 def check_hosts() -> bool:
     """Ping every enabled host; one that does not answer is isolated (a lost connection)."""
     from . import docker_hosts
@@ -191,6 +211,7 @@ STEPS = (
     adopt_unfollowed_task_runs,
     end_decided_attempts,
     finish_terminations,
+    stop_stale_preemptions,
     auto_stop_jobs,
     release_retained_jobs,
     complete_job_outputs,
