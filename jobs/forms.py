@@ -39,6 +39,7 @@ from .models import (
     TrainingJob,
     Workspace,
 )
+from .wizard import STEP_OF_FIELD
 
 
 def default_job_name() -> str:
@@ -223,90 +224,8 @@ class JobCreateForm(forms.ModelForm):
     class Meta:
         model = TrainingJob
         formfield_callback = _formfield
-        fields = [
-            "workspace",
-            # mode and basic information
-            "training_mode",
-            "base_model",
-            "name",
-            "description",
-            # training
-            "preset_template",
-            "image_source",
-            "preset_image",
-            "image",
-            "image_kind",
-            "command",
-            "code_dir",
-            "code_backup_dir",
-            "local_code_dir",
-            "environments",
-            # resources
-            "pool_type",
-            "pool",
-            "spec_type",
-            "flavor",
-            "custom_cpus",
-            "custom_memory_gb",
-            "custom_gpus",
-            "node_count",
-            "affinity",
-            "affinity_strength",
-            "affinity_hosts",
-            "file_system_mounts",
-            "obs_mounts",
-            "priority",
-            "preemptible",
-            # data
-            "datasets",
-            # storage
-            "store_artifacts",
-            "artifact_path",
-            "artifact_mount_path",
-            "auto_publish",
-            "publish_as",
-            "model_name",
-            "model_type",
-            "model_brand",
-            "model_description",
-            "publish_model",
-            "version_description",
-            # high availability
-            "fault_tolerance",
-            "max_restarts",
-            "unconditional_restart",
-            "hang_restart",
-            "pod_retry_num",
-            "operator_reexecution",
-            "hang_window_s",
-            # access
-            "jupyter_lab",
-            "ssh_remote",
-            "ssh_key_pair",
-            "mutual_trust",
-            "mutual_trust_dir",
-            # observe
-            "tensorboard",
-            "mindstudio_insight",
-            "observe_file_system",
-            "observe_path",
-            "metrics_mode",
-            "metrics_path",
-            "metrics_port",
-            "metrics_command",
-            "metrics_args",
-            # more
-            "keep_logs",
-            "log_export_path",
-            "log_time_range_download",
-            "visibility",
-            "auto_stop_hours",
-            "retention_hours",
-            "tags",
-            "notify_webhook_url",
-            "notify_emails",
-            "notify_events",
-        ]
+        # In the wizard's order; every step's fields (jobs/wizard.py), the one list of them.
+        fields = [name for name in STEP_OF_FIELD if name != "env_file"]
         labels = {
             "base_model": "Base model",
             "preset_template": "Preset template",

@@ -291,3 +291,42 @@ def test_the_code_dir_is_picked_in_the_object_storage_browser(demo, new_page, se
         shot(page, "15-runtime-preview")
     finally:
         shutil.rmtree(bucket, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "expected"),
+    [
+        ("Single node", dict(node_count=1, max_restarts=3, unconditional_restart=False, hang_restart=False)),
+        (
+            "Multi-node multi-card",
+            dict(node_count=2, max_restarts=10, unconditional_restart=True, hang_restart=True, pod_retry_num=1),
+        ),
+        (
+            "Long-running large-model training",
+            dict(node_count=1, max_restarts=20, unconditional_restart=True, hang_restart=True, pod_retry_num=1),
+        ),
+    ],
+)
+def test_one_job_of_each_scenario_preset_runs_with_its_settings(demo, new_page, scenario, expected):  # noqa: F811
+    page = new_page()
+    log_in(page, "owner", "owner-password")
+    open_wizard(page)
+    page.locator(".scenario-cards").get_by_text(scenario, exact=True).click()
+    expect(page.locator("#scenario-checklist h2")).to_have_text(f"{scenario}: checklist")
+    name = "scenario-" + scenario.split()[0].lower()
+    page.locator(".steps").get_by_role("button", name=re.compile("Basic information")).click()
+    step(page, "Basic information").get_by_label("Name").fill(name)
+    page.locator(".steps").get_by_role("button", name=re.compile("Training configuration")).click()
+    section = step(page, "Training configuration")
+    section.get_by_label("Image", exact=True).fill(BUSYBOX)
+    section.get_by_label("Start command").fill("echo rank $RANK of $WORLD_SIZE; sleep 60")
+    page.locator(".steps").get_by_role("button", name=re.compile("Review and submit")).click()
+    expect(step(page, "Review and submit")).to_contain_text("Everything checks out")
+    page.get_by_role("button", name="Submit", exact=True).click()
+    page.wait_for_url(re.compile(r"/jobs/[0-9a-f-]{36}/$"))
+    job = TrainingJob.objects.get(name=name)
+    assert job.fault_tolerance
+    assert {k: getattr(job, k) for k in expected} == expected
+    expect(page.locator("#job-header .phase")).to_have_attribute("data-phase", "Running")
+    expect(page.locator("#restarts")).to_have_text(f"Restarts 0/{expected['max_restarts']}")
+    assert job.attempts.first().task_runs.count() == expected["node_count"]

@@ -274,3 +274,24 @@ def test_the_pool_picker_shows_what_each_dedicated_pool_has_free(demo, owner_cli
     html = section(owner_client.post("/jobs/create/", data, **HX), "resources")
     assert "gpus · 16 CPUs, 128 GB, 8 GPUs per node · 2/2 nodes free · 16 GPUs · 32 CPUs · 256 GB" in html
     assert 'value="test-pool"' not in html, "public pools are not offered as dedicated pools"
+
+
+def test_the_job_page_shows_every_setting_grouped_like_the_wizard(demo, owner_client):
+    from tests.conftest import submit_job
+
+    job = submit_job(
+        demo,
+        name="shown",
+        command="sleep 30",
+        fault_tolerance=True,
+        max_restarts=6,
+        hang_restart=True,
+        environments=[{"name": "K", "value": "hidden-value", "sensitive": True}, {"name": "A", "value": "1"}],
+        tags=[{"key": "team", "value": "cv"}],
+    )
+    html = owner_client.get(f"/jobs/{job.id}/").content.decode()
+    settings_html = html[html.index('id="job-configuration"') :]
+    for text in ("Training configuration", "K=******", "A=1", "Max restarts</dt><dd>6", "team: cv"):
+        assert text in settings_html, text
+    assert "hidden-value" not in html
+    assert 'data-step="resources"' in settings_html and "Resource pool</dt>" not in settings_html  # public pool

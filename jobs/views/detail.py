@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 from jobs.access import visible_jobs
 from jobs.models import Attempt, TrainingJob
 from jobs.runtime import lifecycle, outputs
+from jobs.views.wizard_review import job_configuration
 
 TABS = ("overview", "logs", "recovery", "attempts", "events")
 EVENTS_SHOWN = 500  # the Events tab shows the newest ones
@@ -319,6 +320,8 @@ def job_detail(request, job_id):
     if tab not in TABS:
         raise Http404("No such tab")
     context = job_context(job) | outputs.page_context(job) | {"tab": tab, "instance": _instance(request, job)}
+    if tab == "overview":
+        context["configuration"] = job_configuration(job)
     if request.htmx and not request.htmx.boosted:
         return render(request, f"jobs/_tab_{tab}.html", context)
     return render(request, "jobs/job_detail.html", context)

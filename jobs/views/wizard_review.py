@@ -71,3 +71,31 @@ def review_context(form, visible: set[str], errors: dict[str, list[str]]) -> dic
         "endpoint": f"/v2/{workspace.project_id}/training-jobs" if workspace else "",
         "problem_count": sum(len(s["problems"]) for s in sections),
     }
+
+
+def job_configuration(job) -> list[dict]:
+    """A job's configuration as the wizard's review shows it, grouped by step (the job page's
+    Overview). Sensitive env var values are masked; only settings that apply are listed."""
+    from jobs.forms import JobCreateForm, copy_initial
+
+    initial = copy_initial(job)
+    initial["name"] = job.name
+    form = JobCreateForm(user=job.created_by, initial=initial)
+    form.fields["workspace"].queryset = type(job.workspace).objects.filter(id=job.workspace_id)
+    visible = wizard.visible_fields(lambda name: form[name].value() if name in form.fields else None)
+    sections = []
+    for step in wizard.STEPS:
+        rows = []
+        for name in step.fields:
+            if name not in visible or name == "env_file":
+                continue
+            if name == "environments":  # the stored values, masked (copy_initial empties sensitive ones)
+                shown = [f"{e['name']}={e['value']}" for e in job.environments_masked()]
+            else:
+                shown = display_value(form[name])
+            if shown in ("", []):
+                continue
+            rows.append({"label": form[name].label, "value": shown, "many": isinstance(shown, list)})
+        if rows:
+            sections.append({"step": step, "rows": rows})
+    return sections
