@@ -44,6 +44,14 @@ def delete_job_logs(job_id: str) -> bool:
 
 
 @shared_task
+def release_job_resources(job_id: str) -> bool:
+    """An ended job's volumes and code copies on its hosts (jobs/runtime/cleanup.py); idempotent."""
+    from jobs.runtime.cleanup import release_job_resources as release
+
+    return release(job_id)
+
+
+@shared_task
 def reconcile() -> list[str]:
     return reconcile_steps.reconcile()
 

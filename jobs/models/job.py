@@ -309,6 +309,9 @@ class TrainingJob(JobRules, models.Model):
     logs_deleted_at = models.DateTimeField(
         null=True, blank=True, help_text="When retention deleted the logs (keep logs permanently off)."
     )
+    resources_released_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the ended job's volumes and code copies were removed from its hosts."
+    )
 
     class Meta:
         ordering = ["-created_at"]

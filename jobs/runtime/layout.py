@@ -252,6 +252,14 @@ def nfs_volume(job: TrainingJob, mount_number: int) -> str:
     return f"console-nfs-{job.id.hex[:12]}-{mount_number}"
 
 
+def volume_labels(job: TrainingJob, what: str) -> dict[str, str]:
+    """Labels of the volumes Docker creates for a job's mounts: jobs/runtime/cleanup.py finds
+    (and removes) a job's volumes on each host by them once the job has ended."""
+    return {settings.CONTAINER_LABEL: "1", "console.job": str(job.id), "console.volume": what} | dict(
+        settings.CONTAINER_EXTRA_LABELS
+    )
+
+
 def give_to_ma_user(path: Path) -> None:
     """Make `path` writable by uid 1000 inside the container (no-new-privileges: it cannot chown)."""
     try:
@@ -402,7 +410,9 @@ def _prepare(job: TrainingJob, attempt: Attempt, task_run: TaskRun, entry: Layou
 
 
 # -- Docker mounts ---------------------------------------------------------------------------------------
-def nfs_mount(target: str, fs: FileSystem, mount: dict, volume_name: str) -> docker.types.Mount:
+def nfs_mount(
+    target: str, fs: FileSystem, mount: dict, volume_name: str, labels: dict[str, str] | None = None
+) -> docker.types.Mount:
     """An NFS file system mount: a volume of Docker's local driver that mounts the export
     (type=nfs, o=addr=<server>,<options>, device=:<export>/<path>) when the container starts."""
     server, _, export = fs.source.partition(":")
@@ -414,6 +424,7 @@ def nfs_mount(target: str, fs: FileSystem, mount: dict, volume_name: str) -> doc
         volume_name,
         type="volume",
         read_only=bool(mount.get("read_only")),
+        labels=labels,
         driver_config=docker.types.DriverConfig(
             "local", options={"type": "nfs", "o": f"addr={server},{options}", "device": device}
         ),
@@ -435,7 +446,11 @@ def mounts_for(
             source = str(job_data_path(job))
         elif entry.kind == Kind.CACHE:
             # A per-instance scratch volume, created on the instance's host.
-            mounts.append(docker.types.Mount(target, cache_volume(job, task_run), type="volume"))
+            mounts.append(
+                docker.types.Mount(
+                    target, cache_volume(job, task_run), type="volume", labels=volume_labels(job, "cache")
+                )
+            )
             continue
         elif entry.kind == Kind.DATASET:
             if entry.ref is None:
@@ -449,7 +464,7 @@ def mounts_for(
                 raise StagingError(f"File system '{mount.get('file_system')}' no longer exists.")
             file_systems += 1
             if fs.kind == FileSystem.Kind.NFS:
-                mounts.append(nfs_mount(target, fs, mount, nfs_volume(job, file_systems)))
+                mounts.append(nfs_mount(target, fs, mount, nfs_volume(job, file_systems), volume_labels(job, "nfs")))
                 continue
             source = str(_host_dir_source(fs, mount.get("path") or "/"))
         else:  # pragma: no cover - a kind added to runtime_layout() and not here

@@ -13,6 +13,8 @@ from django.utils import timezone
 
 from jobs.models import RETAINED_PHASES, Attempt, DockerHost, Phase, TaskRun, TrainingJob
 
+from .cleanup import release_ended_jobs
+
 STARTING_GRACE_S = 15
 TERMINATING_GRACE_S = 20
 HOST_PING_TIMEOUT_S = 3
@@ -216,6 +218,7 @@ STEPS = (
     release_retained_jobs,
     complete_job_outputs,
     delete_expired_logs,
+    release_ended_jobs,
 )
 
 

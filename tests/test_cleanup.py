@@ -1,0 +1,44 @@
+"""What an ended job leaves on its host is removed (jobs/runtime/cleanup.py): its /cache
+volumes and code copies go, its job data (checkpoints) stays. Real worker and Docker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jobs.models import Phase, TrainingJob
+from jobs.runtime import cleanup
+from jobs.runtime.layout import LOCAL_CODE_STAGING, job_data_dir
+from tests.conftest import submit_job, wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
+
+
+def test_an_ended_job_leaves_no_volume_or_code_copy_but_keeps_its_job_data(demo, docker_client, settings):
+    bucket = Path(settings.OBJECT_STORAGE_ROOT) / "cleanup-bucket"
+    (bucket / "code").mkdir(parents=True, exist_ok=True)
+    (bucket / "code" / "run.sh").write_text("echo from the code dir\n")
+    job = submit_job(
+        demo,
+        name="tidy",
+        code_dir="obs://cleanup-bucket/code/",
+        command="sh ${MA_JOB_DIR}/code/run.sh; echo kept > /job-data/ckpt; echo scratch > /cache/x; sleep 1",
+    )
+    label = {"label": f"console.job={job.id}"}
+    wait_for(lambda: docker_client.volumes.list(filters=label), message="the job's /cache volume")
+    copies = Path(settings.JOB_DATA_ROOT) / LOCAL_CODE_STAGING / str(job.id)
+    assert copies.is_dir()
+    assert not cleanup.release_job_resources(job.id), "nothing is removed while the job runs"
+
+    wait_for(lambda: TrainingJob.objects.get(id=job.id).phase == Phase.COMPLETED, message="the job to complete")
+    wait_for(
+        lambda: TrainingJob.objects.get(id=job.id).resources_released_at is not None,
+        timeout=60,
+        message="the reconcile step to release the job's resources",
+    )
+    assert docker_client.volumes.list(filters=label) == []
+    assert not docker_client.containers.list(all=True, sparse=True, filters=label)
+    assert not copies.exists()
+    assert (job_data_dir(job) / "ckpt").read_text() == "kept\n", "checkpoints are the user's"
+    assert not cleanup.release_job_resources(job.id), "done once"
