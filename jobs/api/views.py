@@ -15,7 +15,7 @@ from jobs import listing
 from jobs.access import check_quota, visible_jobs, workspaces_of
 from jobs.listing import JobQuery
 from jobs.models import FINAL_PHASES, TaskRun, TrainingJob, Workspace
-from jobs.runtime import lifecycle, outputs
+from jobs.runtime import lifecycle, metrics, outputs
 
 from . import schema as s
 from .representations import event_representation, job_representation, recovery_representation
@@ -191,6 +191,28 @@ class TrainingJobEvents(APIView):
         if kind := request.query_params.get("kind"):
             events = events.filter(kind=kind)
         return Response({"count": events.count(), "items": [event_representation(e) for e in events]})
+
+
+@extend_schema(tags=[s.TAG])
+class TrainingJobMetrics(APIView):
+    @extend_schema(
+        operation_id="show_training_job_metrics",
+        summary="The job's Prometheus metrics, scraped now inside each running instance",
+        description="By the job's metrics command or URL (spec.observe.prometheus), run inside each instance "
+        "of the current attempt. 404 when the job exposes no metrics.",
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT), 404: s.NOT_FOUND},
+    )
+    def get(self, request, project_id: str, job_id):
+        job = _job(request, project_id, job_id)
+        if not job.metrics_mode:
+            return Response(
+                {
+                    "error_code": "Console.404",
+                    "error_msg": "This job exposes no Prometheus metrics (spec.observe.prometheus is not set).",
+                },
+                status=status.HTTP_404_NOT_FOUND,
+            )
+        return Response({"items": [scrape.as_dict() for scrape in metrics.scrape_job(job)]})
 
 
 @extend_schema(tags=[s.TAG])

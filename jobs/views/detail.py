@@ -13,10 +13,10 @@ from django.views.decorators.http import require_POST
 
 from jobs.access import visible_jobs
 from jobs.models import Attempt, TrainingJob
-from jobs.runtime import lifecycle, outputs
+from jobs.runtime import lifecycle, metrics, outputs
 from jobs.views.wizard_review import job_configuration
 
-TABS = ("overview", "logs", "recovery", "attempts", "events")
+TABS = ("overview", "logs", "recovery", "attempts", "events", "metrics")
 EVENTS_SHOWN = 500  # the Events tab shows the newest ones
 
 # The parts of the job page its websocket re-renders; each carries its own id (out-of-band swap).
@@ -322,6 +322,10 @@ def job_detail(request, job_id):
     context = job_context(job) | outputs.page_context(job) | {"tab": tab, "instance": _instance(request, job)}
     if tab == "overview":
         context["configuration"] = job_configuration(job)
+    if tab == "metrics":
+        if not job.metrics_mode:
+            raise Http404("This job exposes no Prometheus metrics")
+        context["scrapes"] = metrics.scrape_job(job)
     if request.htmx and not request.htmx.boosted:
         return render(request, f"jobs/_tab_{tab}.html", context)
     return render(request, "jobs/job_detail.html", context)

@@ -1,0 +1,177 @@
+"""Prometheus metrics of a running job (jobs/runtime/metrics.py): scraped inside each
+instance by the job's command or URL, shown on the Metrics tab and over the API.
+Real containers: busybox (httpd, wget) and the Python image (no wget: the python3 fetch)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from django.test import Client
+from rest_framework.test import APIClient
+
+from jobs.models import Attempt, TaskRun
+from jobs.runtime.metrics import parse
+from tests.conftest import PYTHON_IMAGE, submit_job, wait_for
+from tests.test_browser import browser, new_page  # noqa: F401
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
+
+EXPOSITION = r"""# HELP loss Training loss.
+# TYPE loss gauge
+loss{phase="train",note="a\"b"} 0.25
+step_total 12 1700000000
+not a sample
+inf_metric +Inf
+"""
+WRITE_METRICS = (
+    "mkdir -p /tmp/www; printf '# TYPE loss gauge\\nloss{phase=\"train\"} 0.5\\nstep_total 3\\n' > /tmp/www/metrics; "
+)
+
+
+def test_the_text_format_is_parsed_and_bad_lines_are_named():
+    samples, types, problems = parse(EXPOSITION)
+    assert [(s.name, s.labels, s.value) for s in samples[:2]] == [
+        ("loss", {"phase": "train", "note": 'a"b'}, 0.25),
+        ("step_total", {}, 12.0),
+    ]
+    assert math.isinf(samples[2].value)
+    assert types == {"loss": "gauge"}
+    assert problems == ["line 5 is not a sample: not a sample"]
+
+
+def running(job):
+    return wait_for(
+        lambda: TaskRun.objects.filter(
+            attempt__job=job, attempt__state=Attempt.State.RUNNING, state="running"
+        ).exists(),
+        message="the job to run",
+    )
+
+
+def api(demo) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {demo.token}")
+    return client
+
+
+def owner(demo) -> Client:
+    client = Client()
+    client.login(username="owner", password="owner-password")
+    return client
+
+
+def test_metrics_by_command_on_the_tab_and_the_api(demo):
+    job = submit_job(
+        demo,
+        name="by-command",
+        command=WRITE_METRICS + "sleep 60",
+        metrics_mode="command",
+        metrics_command="cat",
+        metrics_args="/tmp/www/metrics",
+    )
+    running(job)
+    body = wait_for(
+        lambda: (
+            (r := api(demo).get(f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}/metrics").json())["items"][0][
+                "ok"
+            ]
+            and r
+        ),
+        message="a successful scrape",
+    )
+    samples = body["items"][0]["samples"]
+    assert {"name": "loss", "labels": {"phase": "train"}, "value": 0.5, "type": "gauge"} in samples
+    html = owner(demo).get(f"/jobs/{job.id}/?tab=metrics").content.decode()
+    assert "worker-0" in html and "<code>loss</code>" in html and "phase=&quot;train&quot;" in html and "0.5" in html
+    assert 'href="?tab=metrics"' in html
+
+
+def test_metrics_by_http_inside_a_container_without_network(demo):
+    """network none: only the container's loopback reaches the port; busybox fetches with wget."""
+    job = submit_job(
+        demo,
+        name="by-http",
+        command=WRITE_METRICS + "httpd -f -p 127.0.0.1:9100 -h /tmp/www",
+        metrics_mode="http",
+        metrics_path="/metrics",
+        metrics_port=9100,
+    )
+    running(job)
+    body = wait_for(
+        lambda: (
+            (r := api(demo).get(f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}/metrics").json())["items"][0][
+                "ok"
+            ]
+            and r
+        ),
+        message="a successful scrape",
+    )
+    assert [s["name"] for s in body["items"][0]["samples"]] == ["loss", "step_total"]
+
+
+def test_metrics_by_http_with_python_only(demo):
+    job = submit_job(
+        demo,
+        name="by-http-python",
+        image=PYTHON_IMAGE,
+        command=WRITE_METRICS + "cd /tmp/www && python3 -m http.server 9101 --bind 127.0.0.1",
+        metrics_mode="http",
+        metrics_path="/metrics",
+        metrics_port=9101,
+    )
+    running(job)
+    body = wait_for(
+        lambda: (
+            (r := api(demo).get(f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}/metrics").json())["items"][0][
+                "ok"
+            ]
+            and r
+        ),
+        timeout=60,
+        message="a successful scrape",
+    )
+    assert body["items"][0]["samples"][0]["name"] == "loss"
+
+
+def test_a_failing_scrape_says_why_and_a_job_without_metrics_has_no_tab(demo):
+    job = submit_job(
+        demo, name="broken", command="sleep 60", metrics_mode="command", metrics_command="cat", metrics_args="/nope"
+    )
+    running(job)
+    item = api(demo).get(f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}/metrics").json()["items"][0]
+    assert item["ok"] is False and "The metrics command 'cat' failed" in item["error"] and "/nope" in item["error"]
+    assert (
+        "The metrics command &#x27;cat&#x27; failed" in owner(demo).get(f"/jobs/{job.id}/?tab=metrics").content.decode()
+    )
+
+    plain = submit_job(demo, name="plain", command="sleep 60")
+    assert owner(demo).get(f"/jobs/{plain.id}/?tab=metrics").status_code == 404
+    assert 'href="?tab=metrics"' not in owner(demo).get(f"/jobs/{plain.id}/").content.decode()
+    response = api(demo).get(f"/v2/{demo.workspace.project_id}/training-jobs/{plain.id}/metrics")
+    assert response.status_code == 404 and "exposes no Prometheus metrics" in response.json()["error_msg"]
+
+
+@pytest.mark.browser
+def test_the_metrics_tab_in_a_browser(demo, new_page):  # noqa: F811
+    from playwright.sync_api import expect
+
+    from tests.test_browser import ARTIFACTS, log_in
+
+    job = submit_job(
+        demo,
+        name="metrics-page",
+        command=WRITE_METRICS + "sleep 60",
+        metrics_mode="command",
+        metrics_command="cat",
+        metrics_args="/tmp/www/metrics",
+    )
+    running(job)
+    page = new_page()
+    log_in(page, "owner", "owner-password")
+    page.goto(f"/jobs/{job.id}/")
+    page.get_by_role("link", name="Metrics").click()
+    table = page.locator("#metrics .metrics-instance[data-task=worker-0] table")
+    expect(table).to_contain_text("loss")
+    expect(table).to_contain_text("gauge")
+    page.screenshot(path=str(ARTIFACTS / "metrics-tab.png"), full_page=True)
