@@ -105,3 +105,32 @@ def test_embedded_mode_runs_restarts_and_streams_a_job(embedded, docker_client):
         ("transient", 137, True)
     ]
     assert json.dumps(recoveries)  # serialisable as the API promises
+
+
+def test_the_demo_template_runs_on_the_demo_dedicated_pool(embedded):
+    """What ./run.sh seeds is usable as is: the spiral template (code in object storage) on the
+    dedicated pool, with the preset dataset mounted and a checkpoint written."""
+    base, headers = embedded["url"], {"Authorization": f"Token {embedded['token']}"}
+    jobs_url = f"{base}/v2/{embedded['project_id']}/training-jobs"
+    body = {
+        "metadata": {"name": "demo-template"},
+        "algorithm": {
+            "template": "spiral-mlp",
+            "environments": [{"name": "TRAIN_STEPS", "value": "30"}, {"name": "TRAIN_SLEEP_S", "value": "0"}],
+            "inputs": [{"name": "data", "remote": {"dataset": {"id": 1}}}],
+        },
+        "spec": {"resource": {"pool_id": "team-pool", "flavor_id": "cpu.1u2g", "node_count": 1}},
+    }
+    created = requests.post(jobs_url, json=body, headers=headers, timeout=10)
+    assert created.status_code == 201, created.text
+    job_id = created.json()["metadata"]["id"]
+
+    def finished():
+        job = requests.get(f"{jobs_url}/{job_id}", headers=headers, timeout=10).json()
+        return job if job["status"]["phase"] in ("Completed", "Failed") else None
+
+    job = wait_for(finished, timeout=90, interval=0.5, message="the template job to finish")
+    log = requests.get(f"{jobs_url}/{job_id}/tasks/worker-0/logs", headers=headers, timeout=10).text
+    assert job["status"]["phase"] == "Completed", log[-2000:]
+    assert "[checkpoint] saved step=20" in log and "[done] step=30" in log
+    assert job["spec"]["resource"]["pool_id"] == "team-pool"
