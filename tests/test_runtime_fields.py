@@ -23,6 +23,7 @@ from jobs.runtime.layout import (
     mounts_for,
     prepare_sources,
     runtime_layout,
+    volume_labels,
 )
 from jobs.runtime.logs import read_lines
 from tests.conftest import BUSYBOX, submit_job, wait_for
@@ -183,7 +184,9 @@ def test_nfs_file_system_mount_kwargs_only_no_nfs_server_to_mount_here(demo):
                     "o": f"addr=nfs.example,{v.DEFAULT_NFS_OPTIONS}",
                     "device": ":/export/data/team/a",
                 },
-            }
+            },
+            # labelled with the job, so cleanup.py finds (and removes) it once the job ended
+            "Labels": volume_labels(job, "nfs"),
         },
     }
     whole = mounts["/mnt/turbo-all"]

@@ -1,9 +1,11 @@
 """What an ended job leaves on its hosts, removed once nothing of it runs any more:
 the per-instance /cache volumes, the NFS mount volumes (both found by their labels,
-jobs/runtime/layout.py::volume_labels) and the code copies bound at MA_JOB_DIR.
+jobs/runtime/layout.py::volume_labels), the code copies bound at MA_JOB_DIR and the
+SSH dir (jobs/runtime/ssh.py: the job's private key must not outlive it).
 
-The job data dir (/job-data, MA_CHECKPOINT_DIR) and the object storage folders stay:
-they are the user's (checkpoints, artifacts)."""
+The job data dir (/job-data, MA_CHECKPOINT_DIR), the object storage folders and the
+TensorBoard / MindStudio Insight summary folder stay: they are the user's (checkpoints,
+artifacts, summaries)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from django.utils import timezone
 
 from jobs.models import RETAINED_PHASES, DockerHost, TaskRun, TrainingJob
 
-from . import docker_hosts
+from . import docker_hosts, ssh
 from .layout import LOCAL_CODE_STAGING
 
 log = logging.getLogger(__name__)
@@ -27,7 +29,7 @@ BATCH = 20
 
 
 def release_job_resources(job_id) -> bool:
-    """Remove an ended job's volumes and code copies; True once all are gone (the job is then
+    """Remove an ended job's volumes, code copies and SSH files; True once all are gone (the job is then
     marked, so this runs until it succeeds and never again). A host that cannot be reached,
     or a container of the job still there, leaves the job for the next pass."""
     job = TrainingJob.objects.filter(id=job_id).first()
@@ -40,6 +42,7 @@ def release_job_resources(job_id) -> bool:
         done &= host.enabled and not host.isolated and _release_on_host(job, host)
     if done:
         shutil.rmtree(_code_copies(job), ignore_errors=True)
+        shutil.rmtree(ssh.ssh_dir_path(job), ignore_errors=True)
         TrainingJob.objects.filter(id=job.id, resources_released_at__isnull=True).update(
             resources_released_at=timezone.now()
         )

@@ -13,7 +13,13 @@ from django.conf import settings
 from jobs.models import Attempt, DockerHost, ResourcePool, TaskRun, TrainingJob
 
 from . import layout
-from .layout import CACHE_MOUNT, JOB_DATA_MOUNT, LayoutEntry, job_data_dir  # noqa: F401 - part of this API
+from .layout import (  # noqa: F401 - part of this API
+    CACHE_MOUNT,
+    JOB_DATA_MOUNT,
+    LayoutEntry,
+    instance_hostname,  # defined beside the layout (the ssh config names the instances)
+    job_data_dir,
+)
 
 MA_USER = "1000:1000"
 MASTER_PORT = 29500
@@ -59,10 +65,6 @@ def pool_of(host: DockerHost) -> ResourcePool:
     return host.pool or ResourcePool(name="default")  # unsaved: the model's defaults
 
 
-def instance_hostname(job: TrainingJob, index: int) -> str:
-    return f"{job.name.lower().replace('_', '-')}-worker-{index}"
-
-
 # Set in every container unless the job sets them itself (a default, not a control variable).
 DEFAULT_ENVIRONMENT = {"PYTHONUNBUFFERED": "1"}  # live logs from Python jobs
 
@@ -84,7 +86,8 @@ def container_environment(
         "MA_USER_COMMAND": job.command,
         "MA_JOB_ID": str(job.id),
         "MA_JOB_NAME": job.name,
-        **layout.layout_environment(job, runtime),  # MA_JOB_DIR, MA_CODE_DIR, MA_DATASET_*, MA_ARTIFACT_DIR
+        # MA_JOB_DIR, MA_CODE_DIR, MA_DATASET_*, MA_ARTIFACT_DIR, MA_SUMMARY_DIR
+        **layout.layout_environment(job, runtime),
         "MA_TASK_NAME": task_run.task_name,
         "VC_TASK_INDEX": str(task_run.index),
         "RANK": str(task_run.index),
@@ -103,6 +106,9 @@ def container_environment(
         "MA_ENV_CHECKS": "1" if fault_tolerant else "0",
         # SPEC §3 "operator re-execution": configuration for the framework (an Ascend feature).
         "MA_OPERATOR_REEXECUTION": "1" if job.operator_reexecution else "0",
+        # SPEC §3 "JupyterLab": a flag for the image only. The console starts no JupyterLab and
+        # could not route to one (no network out of a job, SPEC §8).
+        "MA_JUPYTER_LAB": "1" if job.jupyter_lab else "0",
         "MA_CHECK_ROOT_GB": str(pool.check_root_gb),
         "MA_CHECK_SHM_GB": str(pool.check_shm_gb),
         "MA_CHECK_CACHE_GB": str(pool.check_cache_gb),
@@ -155,8 +161,8 @@ def container_create_kwargs(job: TrainingJob, attempt: Attempt, task_run: TaskRu
         "network_mode": "host" if multi else "none",
         "extra_hosts": {instance_hostname(job, i): h.address for i, h in enumerate(hosts)},
         "shm_size": f"{int(shm_gb * 1024)}m",
-        # The job data dir, /cache, the local code dir, datasets, artifacts and mounts: the
-        # same list the create wizard previews (layout.runtime_layout).
+        # The job data dir, /cache, the local code dir, datasets, artifacts, mounts, the summary
+        # and SSH dirs: the same list the create wizard previews (layout.runtime_layout).
         "mounts": layout.mounts_for(job, attempt, task_run, runtime),
         # Writable by ma-user, so the launcher can write the host file (no put_archive round trip).
         "tmpfs": {"/etc/volcano": "uid=1000,gid=1000,mode=755,size=64k"},

@@ -4,15 +4,17 @@ One description, two uses, so that the preview and the containers never differ:
 
 - `runtime_layout(job)` lists every directory of the job's containers: the local code
   dir (MA_JOB_DIR) and the code folder in it, datasets, the object storage mount, file
-  system mounts, artifacts, the job data dir and /cache. It works for an unsaved job
-  (the create wizard shows it before submitting); it only reads the catalogue
-  (datasets, file systems).
+  system mounts, the TensorBoard / MindStudio Insight summary dir (MA_SUMMARY_DIR),
+  artifacts, the SSH dir (mutual-trust files or SSH remote development), the job data
+  dir and /cache. It works for an unsaved job (the create wizard shows it before
+  submitting); it only reads the catalogue (datasets, file systems, key pairs).
 - `prepare_sources(...)` makes what those mounts need on the host when a container is
-  created (the copy of the code, the code backup, missing directories) and
-  `mounts_for(...)` turns the same entries into Docker mounts.
+  created (the copy of the code, the code backup, missing directories, the summary
+  folder, the SSH files of jobs/runtime/ssh.py) and `mounts_for(...)` turns the same
+  entries into Docker mounts.
 
-Host paths (job data, the local code copies, the object storage root, host-directory
-file systems) must be the same on the console and on every Docker host: shared
+Host paths (job data, the local code copies, the SSH dirs, the object storage root,
+host-directory file systems) must be the same on the console and on every Docker host: shared
 storage mounted at the same place, as for the job data dir (docs/decisions.md).
 """
 
@@ -32,7 +34,9 @@ from django.conf import settings
 
 from jobs import storage
 from jobs import validators as v
-from jobs.models import DATA_MOUNT_ROOT, Dataset, FileSystem
+from jobs.models import DATA_MOUNT_ROOT, Dataset, FileSystem, KeyPair
+
+from . import ssh
 
 if TYPE_CHECKING:
     from jobs.models import Attempt, TaskRun, TrainingJob
@@ -44,6 +48,10 @@ CACHE_MOUNT = "/cache"
 # Beside the job data dirs (same shared storage), not inside one: /job-data stays the user's own.
 LOCAL_CODE_STAGING = ".local-code"
 BACKUP_CODE_FOLDER = "user-job-dir"  # SPEC §3: <backup dir>/<job>-<task>-<index>/user-job-dir/<folder>
+# TensorBoard / MindStudio Insight: each job writes into <file system>/summaries/<job name>-<job id>/.
+SUMMARIES_FOLDER = "summaries"
+# What an SSH entry's ref holds first: (MUTUAL_TRUST, None) or (REMOTE, the key pair or None).
+MUTUAL_TRUST, REMOTE = "mutual_trust", "remote"
 
 
 class Kind:
@@ -55,6 +63,8 @@ class Kind:
     OBS = "obs"
     FILE_SYSTEM = "file_system"
     ARTIFACTS = "artifacts"
+    SUMMARY = "summary"
+    SSH = "ssh"
     JOB_DATA = "job_data"
     CACHE = "cache"
 
@@ -94,6 +104,11 @@ class StagingError(docker.errors.APIError):
 # -- the layout ------------------------------------------------------------------------------------------
 def local_code_dir(job: TrainingJob) -> str:
     return job.local_code_dir or v.DEFAULT_LOCAL_CODE_DIR
+
+
+def instance_hostname(job: TrainingJob, index: int) -> str:
+    """The name instance `index` of the job has for the others (MA_VOLCANO_HOSTS, the ssh config)."""
+    return f"{job.name.lower().replace('_', '-')}-worker-{index}"
 
 
 def _container_path(value) -> str:
@@ -167,6 +182,7 @@ def runtime_layout(job: TrainingJob) -> list[LayoutEntry]:
                     )
                 )
         entries.extend(_file_system_entries(job))
+        entries.extend(_summary_entries(job))
     if job.store_artifacts and job.artifact_mount_path:
         entries.append(
             LayoutEntry(
@@ -178,6 +194,7 @@ def runtime_layout(job: TrainingJob) -> list[LayoutEntry]:
                 ref=job.artifact_path,
             )
         )
+    entries.extend(_ssh_entries(job))
     entries.append(
         LayoutEntry(JOB_DATA_MOUNT, "job data (persistent)", "rw", "Job data (MA_CHECKPOINT_DIR)", Kind.JOB_DATA)
     )
@@ -208,6 +225,57 @@ def _file_system_entries(job: TrainingJob) -> list[LayoutEntry]:
     return entries
 
 
+def summary_folder(job: TrainingJob) -> str:
+    """The job's summary folder on its observe file system: its own, never shared with another job."""
+    return f"/{SUMMARIES_FOLDER}/{job.name}-{job.id}"
+
+
+def _summary_entries(job: TrainingJob) -> list[LayoutEntry]:
+    """TensorBoard / MindStudio Insight (dedicated pools only): the summary dir, read-write.
+
+    Only the folder is provided: no TensorBoard or MindStudio Insight server runs for the job
+    (nothing could reach it: a job has no route out, SPEC §8); the summaries stay on the file
+    system for a viewer run elsewhere.
+    """
+    if not (job.tensorboard or job.mindstudio_insight) or not job.observe_file_system_id or not job.observe_path:
+        return []
+    tool = "TensorBoard" if job.tensorboard else "MindStudio Insight"
+    # Not job.observe_file_system: an unsaved job may name one that does not exist.
+    fs = FileSystem.objects.filter(id=job.observe_file_system_id).first()
+    folder = summary_folder(job) if job.name else f"/{SUMMARIES_FOLDER}/<job name>-{job.id}"
+    name = fs.name if fs else f"{job.observe_file_system_id} (missing)"
+    return [
+        LayoutEntry(
+            _container_path(job.observe_path),
+            f"file system {name}:{folder}/ (no {tool} server is started: view the summaries elsewhere)",
+            "rw",
+            f"{tool} summaries (MA_SUMMARY_DIR)",
+            Kind.SUMMARY,
+            ref=fs,
+        )
+    ]
+
+
+def _ssh_entries(job: TrainingJob) -> list[LayoutEntry]:
+    """The SSH dir: mutual-trust files, or authorized_keys for SSH remote development.
+
+    The two exclude each other (validation refuses both); a job saved around validation with
+    both gets the mutual-trust files only: one directory, one authorized_keys. Read-only in
+    the containers: the files are shared by every instance of the job.
+    """
+    if job.mutual_trust:
+        path = _container_path(job.mutual_trust_dir or v.DEFAULT_MUTUAL_TRUST_DIR)
+        source = "key pair generated for this job (id_ed25519, authorized_keys, config): the same in every instance"
+        return [LayoutEntry(path, source, "ro", "Mutual-trust SSH files", Kind.SSH, ref=(MUTUAL_TRUST, None))]
+    if job.ssh_remote:
+        key = KeyPair.objects.filter(id=job.ssh_key_pair_id).first() if job.ssh_key_pair_id else None
+        source = f"authorized_keys with your key pair {key.name if key else '(none)'}; sshd is the image's to run"
+        if job.node_count == 1:
+            source += " (one instance has no network: nothing can reach it)"
+        return [LayoutEntry(ssh.REMOTE_SSH_DIR, source, "ro", "SSH remote development", Kind.SSH, ref=(REMOTE, key))]
+    return []
+
+
 def layout_environment(job: TrainingJob, layout: list[LayoutEntry]) -> dict[str, str]:
     """The env vars that tell the job where things are (SPEC §8)."""
     env = {"MA_JOB_DIR": local_code_dir(job)}
@@ -220,6 +288,8 @@ def layout_environment(job: TrainingJob, layout: list[LayoutEntry]) -> dict[str,
             datasets.append(entry.container_path)
         elif entry.kind == Kind.ARTIFACTS:
             env["MA_ARTIFACT_DIR"] = entry.container_path
+        elif entry.kind == Kind.SUMMARY:
+            env["MA_SUMMARY_DIR"] = entry.container_path
     if datasets:
         env["MA_DATASET_DIRS"] = ":".join(datasets)
     return env
@@ -407,6 +477,29 @@ def _prepare(job: TrainingJob, attempt: Attempt, task_run: TaskRun, entry: Layou
                 # one keeps its owner: it is the operator's data.
                 source.mkdir(parents=True, exist_ok=True)
                 give_to_ma_user(source)
+    elif entry.kind == Kind.SUMMARY:
+        _prepare_summary(job, entry)
+    elif entry.kind == Kind.SSH:
+        what, key = entry.ref
+        if what == MUTUAL_TRUST:
+            hostnames = [instance_hostname(job, i) for i in range(job.node_count)]
+            ssh.prepare_mutual_trust(job, entry.container_path, hostnames)
+        else:
+            ssh.prepare_remote_access(job, key.public_key if key else None)
+
+
+def _prepare_summary(job: TrainingJob, entry: LayoutEntry) -> None:
+    fs = entry.ref
+    if fs is None:
+        raise StagingError(f"{entry.what}: the file system no longer exists.")
+    if fs.kind == FileSystem.Kind.HOST_DIR:
+        source = _host_dir_source(fs, summary_folder(job))
+        if not source.is_dir():
+            # The summaries folder itself stays the operator's; the job's folder is the job's.
+            source.mkdir(parents=True, exist_ok=True)
+            give_to_ma_user(source)
+    # NFS: the console does not mount exports itself, so it cannot make the folder; the mount
+    # of a folder missing on the server fails the start (docs/decisions.md).
 
 
 # -- Docker mounts ---------------------------------------------------------------------------------------
@@ -467,6 +560,18 @@ def mounts_for(
                 mounts.append(nfs_mount(target, fs, mount, nfs_volume(job, file_systems), volume_labels(job, "nfs")))
                 continue
             source = str(_host_dir_source(fs, mount.get("path") or "/"))
+        elif entry.kind == Kind.SUMMARY:
+            fs = entry.ref
+            if fs is None:
+                raise StagingError(f"{entry.what}: the file system no longer exists.")
+            if fs.kind == FileSystem.Kind.NFS:
+                summary = {"path": summary_folder(job), "read_only": False}
+                volume = f"console-nfs-{job.id.hex[:12]}-summary"
+                mounts.append(nfs_mount(target, fs, summary, volume, volume_labels(job, "nfs")))
+                continue
+            source = str(_host_dir_source(fs, summary_folder(job)))
+        elif entry.kind == Kind.SSH:
+            source = str(ssh.ssh_dir_path(job))
         else:  # pragma: no cover - a kind added to runtime_layout() and not here
             raise ValueError(f"no mount for {entry.kind!r}")
         mounts.append(docker.types.Mount(target, source, type="bind", read_only=ro))
