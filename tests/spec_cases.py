@@ -135,6 +135,18 @@ REFUSED = [
         "obs_mounts",
         "used twice",
     ),
+    Case(
+        "artifact-mount-at-the-local-code-dir",
+        {**ARTIFACTS, "local_code_dir": "/opt/code", "artifact_mount_path": "/opt/code"},
+        "artifact_mount_path",
+        "used twice",
+    ),
+    Case(
+        "artifact-mount-at-the-mutual-trust-dir",
+        {**ARTIFACTS, "mutual_trust": True, "mutual_trust_dir": "/opt/keys", "artifact_mount_path": "/opt/keys"},
+        "artifact_mount_path",
+        "used twice",
+    ),
     *[
         Case(
             f"mount-path-{name}",

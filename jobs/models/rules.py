@@ -461,6 +461,13 @@ class JobRules:
                 errors.add(field, f"Mount path {normal} is used twice: mount paths must be unique.")
             seen.setdefault(normal, field)
 
+        # The directories the console itself binds (jobs/runtime/layout.py) come first, so the
+        # message goes to the setting that collides with them.
+        claim("local_code_dir", self.local_code_dir or v.DEFAULT_LOCAL_CODE_DIR)
+        if self.mutual_trust:
+            claim("mutual_trust_dir", self.mutual_trust_dir or v.DEFAULT_MUTUAL_TRUST_DIR)
+        elif self.ssh_remote:
+            claim("ssh_remote", v.DEFAULT_MUTUAL_TRUST_DIR)  # authorized_keys in /home/ma-user/.ssh
         if self.dedicated:
             for mount in self.file_system_mounts if isinstance(self.file_system_mounts, list) else []:
                 if isinstance(mount, dict):
