@@ -62,6 +62,20 @@ class LooseMultipleChoiceField(forms.TypedMultipleChoiceField):
 TRUE_STRINGS = {"on", "true", "1", "yes"}
 
 
+COLUMN_LABELS = {
+    "name": "Name",
+    "value": "Value",
+    "sensitive": "Sensitive",
+    "key": "Key",
+    "file_system": "File system",
+    "path": "Path in it",
+    "mount_path": "Mount path",
+    "read_only": "Read-only",
+    "options": "NFS options",
+    "obs_url": "obs:// URL",
+}
+
+
 class RowsWidget(forms.Widget):
     """Numbered rows of inputs (`<name>-<i>-<column>`), or JSON posted in `<name>` itself."""
 
@@ -107,7 +121,7 @@ class RowsWidget(forms.Widget):
             text = "" if row.get(column) is None else str(row.get(column))
             return format_html('<td><input type="text" name="{}" value="{}" aria-label="{}"></td>', field, text, column)
 
-        head = format_html_join("", "<th>{}</th>", ((c.replace("_", " "),) for c in self.columns))
+        head = format_html_join("", "<th>{}</th>", ((COLUMN_LABELS.get(c, c.replace("_", " ")),) for c in self.columns))
         body = format_html_join(
             "",
             "<tr>{}</tr>",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from django.contrib.auth.decorators import login_required
+from django.db import models as db_models
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import get_object_or_404, render
@@ -23,7 +24,7 @@ from jobs import validators as v
 from jobs import wizard
 from jobs.access import visible_jobs
 from jobs.forms import JobCreateForm, copy_initial
-from jobs.models import PresetTemplate
+from jobs.models import PresetTemplate, TrainingJob
 from jobs.runtime import lifecycle
 from jobs.views.wizard_review import review_context
 
@@ -103,7 +104,7 @@ def _start(request: HttpRequest) -> HttpResponse:
 
 
 def _submit(request: HttpRequest, *, plain: bool = False) -> HttpResponse:
-    form = _bound(request, request.POST, request.FILES if plain else None)
+    form = _bound(request, request.POST if plain else request.POST.copy(), request.FILES if plain else None)
     form.instance.created_by = request.user
     if form.is_valid():
         with transaction.atomic():
@@ -158,9 +159,24 @@ def _import_env(request: HttpRequest, data: QueryDict) -> list[str]:
 
 # -- rendering ----------------------------------------------------------------------------------------------
 def _bound(request: HttpRequest, data: QueryDict, files=None) -> JobCreateForm:
+    if data._mutable:
+        _show_defaults(data)
     form = JobCreateForm(data, files, user=request.user)
     form.instance.created_by = request.user
     return form
+
+
+def _show_defaults(data: QueryDict) -> None:
+    """A hidden field is disabled, so the browser does not post it; when it appears again it
+    should show its default (priority 1, not an empty box). Validation is unchanged: the form
+    applies these defaults to empty values anyway."""
+    for field in TrainingJob._meta.fields:
+        if field.name not in JobCreateForm.base_fields or field.name in data:
+            continue
+        if isinstance(field, db_models.BooleanField) or not field.has_default() or callable(field.default):
+            continue
+        if field.default not in (None, ""):
+            data[field.name] = str(field.default)
 
 
 def _errors_in_step(form: JobCreateForm, slug: str) -> bool:

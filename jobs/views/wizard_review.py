@@ -17,6 +17,8 @@ def display_value(bound_field) -> str | list[str]:
     value = bound_field.value()
     if isinstance(field.widget, forms.CheckboxInput):
         return "On" if value else "Off"
+    if bound_field.name == "hang_window_s" and value in (None, "", 0, "0"):
+        return "Platform default"
     if value in (None, "", [], ()):
         return ""
     if isinstance(value, list) and value and isinstance(value[0], dict):

@@ -89,7 +89,9 @@ class Command(BaseCommand):
                 "type": PresetTemplate.Type.IMAGE_UNDERSTANDING,
                 "description": "A small MLP that checkpoints and resumes",
                 "image": python,
-                "command": "cd ${MA_JOB_DIR}/spiral && python3 train.py",
+                # The final checkpoint becomes the job's artifact when the job stores artifacts.
+                "command": "cd ${MA_JOB_DIR}/spiral && python3 train.py && "
+                'if [ -n "$MA_ARTIFACT_DIR" ]; then cp "$MA_CHECKPOINT_DIR"/* "$MA_ARTIFACT_DIR"/; fi',
                 "code_dir": "obs://demo/code/spiral/",
                 "environments": [{"name": "TRAIN_STEPS", "value": "300"}],
             },
