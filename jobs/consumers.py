@@ -59,6 +59,7 @@ class JobConsumer(_JobSocket):
             self._refuse()
             return
         self.job_id = job.id
+        self.shown: dict[str, str] = {}  # what this page was last sent, per fragment
         self._join(realtime.job_group(job.id))
         self.accept()
         self.send_fragments()
@@ -67,9 +68,15 @@ class JobConsumer(_JobSocket):
         self.send_fragments()
 
     def send_fragments(self) -> None:
+        """Only the fragments that changed since this page's last message: a change of phase
+        does not re-send (and re-draw) hundreds of events and captured stacks."""
         job = TrainingJob.objects.filter(id=self.job_id).first()
-        if job is not None:
-            self.send(text_data=job_live_fragments(job))
+        if job is None:
+            return
+        changed = {name: html for name, html in job_live_fragments(job).items() if self.shown.get(name) != html}
+        if changed:
+            self.shown.update(changed)
+            self.send(text_data="".join(changed.values()))
 
 
 class LogConsumer(_JobSocket):

@@ -360,8 +360,10 @@ def test_thirty_attempts_stay_readable(demo, new_page):
     expect(hang_row.locator(".ev-hang")).to_contain_text("No progress for 1800.4 s (window 1800 s)")
     hang_row.locator("details.stacks summary").click()
     expect(hang_row.locator("details.stacks pre")).to_contain_text("all_reduce")
-    # A change re-renders the rows over the socket; the stacks the user opened stay open.
+    # A change of the rows re-renders them over the socket; the stacks the user opened stay open.
     messages = page.evaluate("window.__socketMessages")
+    record = job.recoveries.order_by("-id").first()
+    RecoveryRecord.objects.filter(id=record.id).update(explanation=record.explanation + " (re-read)")
     lifecycle.announce(job.id)
     page.wait_for_function("n => window.__socketMessages > n", arg=messages)
     expect(hang_row.locator("details.stacks")).to_have_attribute("open", "")

@@ -187,3 +187,40 @@ def test_log_socket_of_a_restarted_job_shows_both_attempts(demo, live_url, docke
     assert html.index("attempt 1 ·") < html.index(">attempt 2<")
     assert "attempt 2 ·" in html  # a separator before the second attempt's lines
     wait_for(lambda: phase(job) == Phase.COMPLETED, message="Completed")
+
+
+def test_job_socket_sends_only_the_fragments_that_changed(demo, live_url):
+    """A new event re-sends the events list and its count, not the header or the attempts;
+    a change that changes nothing visible sends nothing (but the running timeline)."""
+    from jobs import events
+    from jobs.models import EventKind
+    from jobs.runtime import lifecycle
+
+    job = make_job(demo, "sleep 60")
+    wait_for(lambda: phase(job) == Phase.RUNNING, message="the job to run")
+    with open_socket(live_url, f"/ws/jobs/{job.id}/", demo.owner) as ws:
+        first = ws.recv(timeout=10)
+        for fragment in ('id="job-header"', 'id="attempts"', 'id="recoveries"', 'id="events"'):
+            assert fragment in first, fragment
+        while True:  # drain what the start itself still announces
+            try:
+                ws.recv(timeout=2)
+            except TimeoutError:
+                break
+
+        def swapped(message: str) -> set[str]:
+            return set(re.findall(r'id="([a-z-]+)"[^>]*hx-swap-oob', message))
+
+        # Only the recovery timeline, whose axis runs to "now" while the job runs, may change.
+        lifecycle.announce(job.id)
+        try:
+            assert swapped(ws.recv(timeout=2)) <= {"recoveries"}
+        except TimeoutError:
+            pass
+        events.record(job, EventKind.SUSPECTED_HANG, "a test event nobody caused")
+        lifecycle.announce(job.id)
+        message = ws.recv(timeout=10)
+        assert "a test event nobody caused" in message
+        assert (
+            {"events", "event-count"} <= swapped(message) <= {"events", "event-count", "recovery-count", "recoveries"}
+        )

@@ -51,10 +51,10 @@ def job_context(job: TrainingJob) -> dict:
     }
 
 
-def job_live_fragments(job: TrainingJob) -> str:
-    """The parts of the job page a websocket refreshes, as out-of-band swaps."""
+def job_live_fragments(job: TrainingJob) -> dict[str, str]:
+    """The parts of the job page a websocket refreshes, as out-of-band swaps, by template."""
     context = job_context(job) | {"oob": True}
-    return "".join(render_to_string(name, context) for name in LIVE_FRAGMENTS)
+    return {name: render_to_string(name, context) for name in LIVE_FRAGMENTS}
 
 
 # -- fault recovery rows -------------------------------------------------------------------------
