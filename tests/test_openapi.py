@@ -19,6 +19,7 @@ OPERATIONS = {
     (f"{V2}/{{job_id}}", "delete"): "delete_training_job",
     (f"{V2}/{{job_id}}/actions", "post"): "act_on_training_job",
     (f"{V2}/{{job_id}}/events", "get"): "list_training_job_events",
+    (f"{V2}/{{job_id}}/metrics", "get"): "show_training_job_metrics",
     (f"{V2}/{{job_id}}/recoveries", "get"): "list_training_job_recoveries",
     (f"{V2}/{{job_id}}/tasks/{{task}}/logs", "get"): "show_training_job_task_log",
 }

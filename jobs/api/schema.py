@@ -96,8 +96,70 @@ JOB = {
                 "max_restarts": {"type": "integer", "description": "R; 0 when fault tolerance is off."},
                 "hang_restarts_used": {"type": "integer"},
                 "reschedules_used": {"type": "integer"},
+                "publish": {
+                    "type": "object",
+                    "nullable": True,
+                    "description": "Auto-publish: null when off.",
+                    "properties": {
+                        "state": {"type": "string", "enum": ["pending", "publishing", "published", "not_published"]},
+                        "model": {"type": "string"},
+                        "version": {"type": "string", "example": "V2"},
+                        "published_at": {"type": "string", "format": "date-time", "nullable": True},
+                        "reason": {"type": "string"},
+                    },
+                },
+                "logs": {
+                    "type": "object",
+                    "description": "Where the logs are: kept permanently (exported to the log path) or deleted "
+                    "after the retention.",
+                    "properties": {
+                        "keep_permanently": {"type": "boolean"},
+                        "state": {
+                            "type": "string",
+                            "enum": ["kept", "exporting", "exported", "export_failed", "deleted"],
+                        },
+                        "export_path": {"type": "string", "nullable": True},
+                        "exported_at": {"type": "string", "format": "date-time"},
+                        "delete_at": {"type": "string", "format": "date-time", "nullable": True},
+                        "deleted_at": {"type": "string", "format": "date-time"},
+                        "retention": {"type": "string"},
+                        "error": {"type": "string"},
+                        "message": {"type": "string"},
+                    },
+                },
             },
         },
+    },
+}
+
+METRICS = {
+    "type": "object",
+    "properties": {
+        "items": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "task": {"type": "string", "example": "worker-0"},
+                    "ok": {"type": "boolean"},
+                    "error": {"type": "string", "nullable": True},
+                    "took_ms": {"type": "integer"},
+                    "truncated": {"type": "boolean"},
+                    "samples": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "name": {"type": "string"},
+                                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                                "value": {"type": "number"},
+                                "type": {"type": "string", "nullable": True},
+                            },
+                        },
+                    },
+                },
+            },
+        }
     },
 }
 

@@ -200,7 +200,7 @@ class TrainingJobMetrics(APIView):
         summary="The job's Prometheus metrics, scraped now inside each running instance",
         description="By the job's metrics command or URL (spec.observe.prometheus), run inside each instance "
         "of the current attempt. 404 when the job exposes no metrics.",
-        responses={200: OpenApiResponse(OpenApiTypes.OBJECT), 404: s.NOT_FOUND},
+        responses={200: OpenApiResponse(s.METRICS), 404: s.NOT_FOUND},
     )
     def get(self, request, project_id: str, job_id):
         job = _job(request, project_id, job_id)
