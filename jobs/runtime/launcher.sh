@@ -10,6 +10,11 @@
 #    "restart N" runs the command again in this same container as attempt N
 #    (process-level restart); anything else, or no answer in time, ends the
 #    container with the command's exit code.
+#    A decision can also come while the command still runs (another instance
+#    failed, or this one hangs): the supervisor then sends SIGUSR1 and the
+#    launcher ends the command (kill -KILL -1: every process but PID 1, so
+#    its daemons too) before running it again. Only the launcher kills: it
+#    knows which run is the old one, and it has no helper running then.
 # docker stop's SIGTERM is forwarded to the child; the container then ends.
 
 say() { echo "[console] $*"; }
@@ -92,11 +97,13 @@ mkdir -p "$control" 2>/dev/null
 stopping=0
 child=0
 trap 'stopping=1; [ "$child" -gt 0 ] && kill -TERM "$child" 2>/dev/null' TERM INT
+trap ': a decision was written' USR1  # a handler, so that it interrupts wait
 run=0
 while :; do
   run=$((run + 1))
   rm -f "$control/decision"
-  [ "$run" -gt 1 ] && say "process restarted in the same container (run $run)"
+  # The supervisor's follower starts the new run's log at this line (it names the attempt).
+  [ "$run" -gt 1 ] && say "process restarted in the same container (run $run, attempt $MA_ATTEMPT)"
   export MA_PROCESS_RUN=$run
   ooms_before=$(oom_kills)
   sh -c "$MA_USER_COMMAND" &
@@ -104,6 +111,10 @@ while :; do
   echo "$child" >"$control/child.pid"
   # wait returns early when a trapped signal arrives: wait until the child is gone.
   while :; do
+    # A decision while the command runs ends it (checked before every wait: the
+    # signal may have come before this one started). The decision is removed only
+    # before a new run starts, so this never ends a run started for it.
+    [ -f "$control/decision" ] && kill -KILL -1 2>/dev/null
     wait "$child"
     code=$?
     kill -0 "$child" 2>/dev/null || break

@@ -203,17 +203,20 @@ def _restart_process(task_run: TaskRun, attempt: Attempt) -> None:
     container = docker_hosts.client_for(task_run.host).containers.get(task_run.container_id)
     if container.status != "running":
         raise docker.errors.NotFound(f"container {task_run.container_name} is {container.status}")
-    # Write the decision first, then end whatever still runs (all but PID 1, the launcher).
+    # Only the decision is written here, whole (a rename: a launcher reading a half-written
+    # file would end the container instead). Ending the old run is the launcher's: a
+    # `kill -KILL -1` from here hits whatever runs at that instant, which may already be
+    # the run the launcher started for this decision, or its helper reading the decision.
+    decision = f"{docker_hosts.CONTROL_DIR}/decision"
     result = container.exec_run(
-        [
-            "sh",
-            "-c",
-            f"echo restart {attempt.number} > {docker_hosts.CONTROL_DIR}/decision; kill -KILL -1 2>/dev/null; true",
-        ],
+        ["sh", "-c", f"echo restart {attempt.number} > {decision}.new && mv -f {decision}.new {decision}"],
         user=docker_hosts.MA_USER,
     )
     if result.exit_code != 0:
         raise docker.errors.APIError(f"exec in {task_run.container_name} failed: {result.output!r}")
+    # From the engine, not from an exec: no process of ours is in the container when the
+    # launcher's kill -1 runs. (PID 1 ignores a signal it has no handler for.)
+    container.kill(signal="SIGUSR1")
 
 
 def _describe_start_error(job: TrainingJob, task_run: TaskRun, exc: Exception) -> str:

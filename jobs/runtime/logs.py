@@ -123,6 +123,8 @@ class _Reader(threading.Thread):
 
 # The launcher's line when the user's process ended and it waits for a decision.
 PROCESS_EXIT_RE = re.compile(r"^\[console\] process exited with code (\d+)( \(oom-killed\))?;")
+# The launcher's first line of a process-level restart, naming the attempt it runs.
+PROCESS_RESTART_RE = re.compile(r"^\[console\] process restarted in the same container \(run \d+, attempt (\d+)\)")
 
 
 class ProcessExited(Exception):
@@ -163,11 +165,21 @@ class Follower:
             return None
         return TaskRun.objects.select_related("attempt", "attempt__job", "host").get(id=self.task_run_id)
 
-    def handover(self, task_run_id: int) -> TaskRun:
-        """Continue with the next task run of the same container (process-level restart)."""
+    def handover(self, task_run_id: int) -> TaskRun | None:
+        """Continue with the next task run of the same container (process-level restart);
+        None when another live follower already has it (reconcile adopted it meanwhile):
+        taking it over would leave two followers pumping one file."""
         self.release()
         self.task_run_id = task_run_id
-        TaskRun.objects.filter(id=task_run_id).update(follower_token=self.token, follower_heartbeat=timezone.now())
+        stale = timezone.now() - timezone.timedelta(seconds=settings.FOLLOWER_STALE_AFTER_S)
+        claimed = (
+            TaskRun.objects.filter(id=task_run_id)
+            .filter(Q(follower_heartbeat__isnull=True) | Q(follower_heartbeat__lt=stale))
+            .update(follower_token=self.token, follower_heartbeat=timezone.now())
+        )
+        if claimed != 1:
+            self.lost_ownership = True
+            return None
         return TaskRun.objects.select_related("attempt", "attempt__job", "host").get(id=task_run_id)
 
     def release(self) -> None:
@@ -194,6 +206,19 @@ class Follower:
             except BlockingIOError:
                 self.lost_ownership = True
                 return
+            # The acknowledged length is the database's, never the caller's copy: following
+            # on after the launcher's exit marker with the copy taken when the run was
+            # claimed truncated the file to that length (an empty log) and renumbered.
+            index = (
+                TaskRun.objects.filter(id=self.task_run_id, follower_token=self.token)
+                .values("log_lines", "log_bytes", "log_last_ts_ns", "log_last_ts_count")
+                .first()
+            )
+            if index is None:
+                self.lost_ownership = True
+                return
+            for field, value in index.items():
+                setattr(task_run, field, value)
             os.ftruncate(fd, task_run.log_bytes)
             os.lseek(fd, task_run.log_bytes, os.SEEK_SET)
             self._pump(task_run, container, fd, on_tick)
@@ -215,7 +240,10 @@ class Follower:
         _Reader(self._stream, self._frames).start()
 
     def _pump(self, task_run: TaskRun, container, fd: int, on_tick) -> None:
-        if self._frames is None:
+        # A stream opened here starts before where the run stands; one that goes on (after
+        # the launcher's exit marker) continues exactly after the last line taken.
+        resumed = self._frames is None
+        if resumed:
             self._open_stream(task_run, container)
         state = {
             "lines": task_run.log_lines,
@@ -223,15 +251,17 @@ class Follower:
             "last_ts": task_run.log_last_ts_ns,
             "last_ts_count": task_run.log_last_ts_count,
         }
-        # A process-level restart shares the container's log with the attempts
-        # before it: its lines start when it was restarted. (A new container's
-        # first lines may predate Docker's StartedAt: take all of them.)
-        min_ts = 0
-        if task_run.reuses_container and task_run.started_at:
-            min_ts = int(task_run.started_at.timestamp() * 1e9) - 1_000_000
+        # A process-level restart shares the container's log with the runs before it. Handed
+        # over at the previous run's exit marker, everything after the marker is its own; on
+        # a stream of its own its lines start at the launcher's restart line for its attempt.
+        # Not at its started_at: the previous run is ended after that moment, and its exit
+        # marker, read as this run's, ended the new attempt too. (A new container's first
+        # lines may predate Docker's StartedAt: take all of them.)
+        await_start = resumed and task_run.reuses_container and task_run.log_lines == 0
+        attempt_number = task_run.attempt.number
         # Lines older than the resume point arrive again when resuming: skip
         # those up to and including what was acknowledged.
-        skip_equal = state["last_ts_count"]
+        skip_equal = state["last_ts_count"] if resumed else 0
         last_beat = time.monotonic()
         ended = False
         while not ended:
@@ -258,7 +288,12 @@ class Follower:
             process_exit: ProcessExited | None = None
             for position, frame in enumerate(batch):
                 ts_ns, text = split_frame(frame)
-                if ts_ns < state["last_ts"] or ts_ns < min_ts:
+                if await_start:
+                    started = PROCESS_RESTART_RE.match(text)
+                    if not started or int(started.group(1)) != attempt_number:
+                        continue  # the previous run's, persisted by its own follower
+                    await_start = False
+                if ts_ns < state["last_ts"]:
                     continue
                 if ts_ns == state["last_ts"]:
                     if skip_equal > 0:

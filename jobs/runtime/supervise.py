@@ -83,7 +83,10 @@ def follow_task_run(task_run_id: int) -> bool:
             except ProcessExited as exit_:
                 successor = process_exited(task_run, exit_.code, exit_.oom_killed)
                 if successor is not None:
-                    task_run = follower.handover(successor.id)
+                    handed_over = follower.handover(successor.id)
+                    if handed_over is None:
+                        return False  # another follower has the next run (and this container)
+                    task_run = handed_over
                     watch.reset()
                 continue  # keep reading: the next run's lines, or the container's end
             except docker.errors.NotFound:
