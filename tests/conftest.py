@@ -181,8 +181,12 @@ def worker(transactional_db, celery_worker_process, docker_client):
     celery_worker_process.ensure_running()
     yield celery_worker_process
     celery_worker_process.ensure_running()  # a fault test may have failed with the worker killed
-    settle_jobs(docker_client=docker_client)
-    _remove_test_containers(docker_client)
+    try:
+        settle_jobs(docker_client=docker_client)
+    finally:
+        # Even when this test's jobs did not settle (its teardown fails and says why), the next
+        # test starts without its containers: one failure must not time out every later test.
+        _remove_test_containers(docker_client)
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,6 @@ field's messages. All validation is JobCreateForm -> TrainingJob.full_clean(), t
 
 from __future__ import annotations
 
-import json
-
 from django.contrib.auth.decorators import login_required
 from django.db import models as db_models
 from django.db import transaction
@@ -276,7 +274,3 @@ def _templates(form: JobCreateForm):
         if (not chosen_type or t.type == chosen_type) and (not chosen_brand or t.brand == chosen_brand)
     ]
     return {"all": templates, "shown": shown, "brands": brands, "type": chosen_type, "brand": chosen_brand}
-
-
-def as_json(value) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False)
