@@ -199,9 +199,12 @@ def test_preset_template_and_env_file_import_fill_the_training_step(demo, new_pa
     open_wizard(page)
     page.locator(".steps").get_by_role("button", name=re.compile("Training configuration")).click()
     section = step(page, "Training configuration")
-    with page.expect_response(re.compile(r"/jobs/create/$")):  # the picker is filtered by the server
-        section.get_by_label("Template brand").select_option("Qwen")
+    # The picker is filtered by the server: wait until the wizard was swapped for the answer.
+    page.evaluate("document.getElementById('wizard').dataset.stale = '1'")
+    section.get_by_label("Template brand").select_option("Qwen")
+    page.wait_for_function("() => !document.getElementById('wizard').dataset.stale")
     section = step(page, "Training configuration")
+    expect(section.get_by_label("Template brand")).to_have_value("Qwen")
     section.get_by_label("Preset template").select_option("qwen-sft")
     expect(page.locator(".notice")).to_contain_text("Filled from the preset template qwen-sft")
     section = step(page, "Training configuration")
