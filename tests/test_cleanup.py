@@ -10,7 +10,7 @@ import pytest
 from jobs.models import Phase, TrainingJob
 from jobs.runtime import cleanup
 from jobs.runtime.layout import LOCAL_CODE_STAGING, job_data_dir
-from tests.conftest import submit_job, wait_for
+from tests.conftest import BUSYBOX, TEST_LABEL, submit_job, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 
@@ -42,3 +42,33 @@ def test_an_ended_job_leaves_no_volume_or_code_copy_but_keeps_its_job_data(demo,
     assert not copies.exists()
     assert (job_data_dir(job) / "ckpt").read_text() == "kept\n", "checkpoints are the user's"
     assert not cleanup.release_job_resources(job.id), "done once"
+
+
+def test_a_container_nobody_removes_is_removed_once_its_instance_ended(demo, docker_client):
+    """The follower that should have removed it died (or its host was away): the reconcile step
+    removes a container whose instance ended and that nothing follows; not one still running,
+    and not one a task run still needs."""
+    from django.utils import timezone
+
+    from jobs.models import TaskRun
+
+    job = submit_job(demo, name="orphan", command="echo done")
+    wait_for(lambda: TrainingJob.objects.get(id=job.id).phase == Phase.COMPLETED, message="the job to complete")
+    wait_for(
+        lambda: not docker_client.containers.list(all=True, sparse=True, filters={"label": f"console.job={job.id}"}),
+        message="the follower to remove its container",
+    )
+    run = TaskRun.objects.get(attempt__job=job)
+    labels = {"console.managed": "1", "console.job": str(job.id), **dict([TEST_LABEL])}
+    # The container again, as a dead follower would have left it (exited, same name).
+    leftover = docker_client.containers.run(BUSYBOX, "true", name=run.container_name, labels=labels, detach=True)
+    leftover.wait()
+    # Too fresh (created and ended moments ago): a follower may still be draining it.
+    TaskRun.objects.filter(id=run.id).update(ended_at=timezone.now())
+    assert not cleanup.remove_orphaned_containers()
+    TaskRun.objects.filter(id=run.id).update(ended_at=timezone.now() - timezone.timedelta(minutes=5))
+    wait_for(
+        lambda: not docker_client.containers.list(all=True, sparse=True, filters={"name": run.container_name}),
+        timeout=60,
+        message="the reconcile step to remove the orphaned container",
+    )

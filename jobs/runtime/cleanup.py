@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 import shutil
+from datetime import UTC, datetime
 
 import docker
 from django.conf import settings
 from django.utils import timezone
 
-from jobs.models import RETAINED_PHASES, DockerHost, TaskRun, TrainingJob
+from jobs.models import RETAINED_PHASES, Attempt, DockerHost, TaskRun, TrainingJob
 
 from . import docker_hosts, ssh
 from .layout import LOCAL_CODE_STAGING
@@ -83,3 +84,55 @@ def release_ended_jobs() -> bool:
     for job_id in ids:
         tasks.release_job_resources.delay(str(job_id))
     return bool(ids)
+
+
+# A container nobody removed is left alone this long after its instance ended: the follower
+# that drains its log and removes it normally does so within seconds.
+ORPHAN_GRACE_S = 20
+# A container no task run knows (its job was deleted, or another console shares the engine
+# and the labels) is left alone far longer: this console cannot tell what it is for.
+UNKNOWN_GRACE_S = 600
+
+
+def remove_orphaned_containers() -> bool:
+    """Reconcile step: containers of this console that no follower will remove any more — their
+    instance ended (or its host was lost and came back), nothing follows it, its attempt is over
+    and the job does not keep it (retention) — and containers no task run knows. One listing
+    per reachable host; returns whether any was removed."""
+    cutoff = timezone.now() - timezone.timedelta(seconds=ORPHAN_GRACE_S)
+    unknown_cutoff = timezone.now() - timezone.timedelta(seconds=UNKNOWN_GRACE_S)
+    labels = [f"{settings.CONTAINER_LABEL}=1", *(f"{k}={v}" for k, v in settings.CONTAINER_EXTRA_LABELS.items())]
+    removed = False
+    for host in DockerHost.objects.filter(enabled=True, isolated=False):
+        try:
+            client = docker_hosts.client_for(host)
+            containers = client.containers.list(all=True, sparse=True, filters={"label": labels})
+        except (docker.errors.DockerException, OSError) as exc:
+            log.info("cannot list the containers of %s: %s", host.name, exc)
+            continue
+        for container in containers:
+            name = (container.attrs.get("Names") or ["/"])[0].lstrip("/")
+            created = datetime.fromtimestamp(container.attrs.get("Created", 0), tz=UTC)
+            if created > cutoff or not _orphaned(name, cutoff, created < unknown_cutoff):
+                continue
+            try:
+                container.remove(force=True)
+                removed = True
+                log.warning("removed orphaned container %s on %s", name, host.name)
+            except docker.errors.DockerException as exc:
+                log.info("could not remove orphaned container %s: %s", name, exc)
+    return removed
+
+
+def _orphaned(container_name: str, cutoff, old_enough_if_unknown: bool) -> bool:
+    runs = list(TaskRun.objects.filter(container_name=container_name).select_related("attempt__job"))
+    if not runs:
+        return old_enough_if_unknown  # no task run knows it: nothing here will ever remove it
+    for run in runs:
+        if run.state in (TaskRun.State.CREATED, TaskRun.State.RUNNING) or run.follower_token:
+            return False
+        if run.attempt.state != Attempt.State.ENDED or run.attempt.job.phase in RETAINED_PHASES:
+            return False
+        if run.ended_at is None or run.ended_at > cutoff:
+            return False
+    return True

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from jobs.models import RETAINED_PHASES, Attempt, DockerHost, Phase, TaskRun, TrainingJob
 
-from .cleanup import release_ended_jobs
+from .cleanup import release_ended_jobs, remove_orphaned_containers
 
 STARTING_GRACE_S = 15
 TERMINATING_GRACE_S = 20
@@ -219,6 +219,7 @@ STEPS = (
     complete_job_outputs,
     delete_expired_logs,
     release_ended_jobs,
+    remove_orphaned_containers,
 )
 
 
