@@ -216,7 +216,14 @@ def _restart_process(task_run: TaskRun, attempt: Attempt) -> None:
         raise docker.errors.APIError(f"exec in {task_run.container_name} failed: {result.output!r}")
     # From the engine, not from an exec: no process of ours is in the container when the
     # launcher's kill -1 runs. (PID 1 ignores a signal it has no handler for.)
-    container.kill(signal="SIGUSR1")
+    try:
+        container.kill(signal="SIGUSR1")
+    except docker.errors.APIError as exc:
+        # The launcher also polls for the decision: it may have read it, run the new process
+        # and ended the container already (a short run). The decision was delivered all the
+        # same; the follower sees the new run's lines and end.
+        if exc.status_code not in (404, 409):
+            raise
 
 
 def _describe_start_error(job: TrainingJob, task_run: TaskRun, exc: Exception) -> str:

@@ -7,6 +7,8 @@ one, like healthchecks' sendalerts loop).
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
@@ -14,6 +16,8 @@ from django.utils import timezone
 from jobs.models import RETAINED_PHASES, Attempt, DockerHost, Phase, TaskRun, TrainingJob
 
 from .cleanup import release_ended_jobs, remove_orphaned_containers
+
+log = logging.getLogger(__name__)
 
 STARTING_GRACE_S = 15
 TERMINATING_GRACE_S = 20
@@ -224,4 +228,13 @@ STEPS = (
 
 
 def reconcile() -> list[str]:
-    return [step.__name__ for step in STEPS if step()]
+    """Run every step; a step that fails is logged and the others still run (one broken
+    row must not stop, say, stuck stops from being finished)."""
+    did = []
+    for step in STEPS:
+        try:
+            if step():
+                did.append(step.__name__)
+        except Exception:
+            log.exception("reconcile step %s failed", step.__name__)
+    return did

@@ -259,9 +259,13 @@ def attempt_may_have_ended(attempt_id: int) -> bool:
         # its capacity is free; instances still "created" were never started and have none.
         return False
     # Exactly one caller decides for an attempt, however many workers race here.
-    if not Attempt.objects.filter(id=attempt.id, state__in=[Attempt.State.STARTING, Attempt.State.RUNNING]).update(
-        state=Attempt.State.ENDED, ended_at=timezone.now()
-    ):
+    claim = Attempt.objects.filter(id=attempt.id, state__in=[Attempt.State.STARTING, Attempt.State.RUNNING])
+    if stopping:
+        # Checked again in the claim itself: `attempt` may be stale, and a start that raced this
+        # stop may have made the attempt running with a live container meanwhile; its follower
+        # (or the start's own clean-up, for an attempt still starting) comes back here later.
+        claim = claim.exclude(state=Attempt.State.RUNNING, task_runs__state=TaskRun.State.RUNNING)
+    if not claim.update(state=Attempt.State.ENDED, ended_at=timezone.now()):
         return False
     # Once ended, no scheduler can claim it any more (it claims running attempts only):
     # whether it was preempted is now settled.
