@@ -16,7 +16,7 @@ from jobs.forms import JobCreateForm
 from jobs.models import PresetTemplate, ResourcePool, TrainingJob
 from tests.conftest import BUSYBOX
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]  # settles the jobs it starts
 
 HX = {"HTTP_HX_REQUEST": "true"}
 
