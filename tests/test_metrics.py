@@ -49,6 +49,16 @@ def running(job):
     )
 
 
+def scraped(demo, job, timeout: float = 30) -> dict:
+    """The metrics API's answer once the first instance was scraped successfully."""
+
+    def answer():
+        body = api(demo).get(f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}/metrics").json()
+        return body if body["items"] and body["items"][0]["ok"] else None
+
+    return wait_for(answer, timeout=timeout, message="a successful scrape")
+
+
 def api(demo) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {demo.token}")
@@ -71,15 +81,7 @@ def test_metrics_by_command_on_the_tab_and_the_api(demo):
         metrics_args="/tmp/www/metrics",
     )
     running(job)
-    body = wait_for(
-        lambda: (
-            (r := api(demo).get(f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}/metrics").json())["items"][0][
-                "ok"
-            ]
-            and r
-        ),
-        message="a successful scrape",
-    )
+    body = scraped(demo, job)
     samples = body["items"][0]["samples"]
     assert {"name": "loss", "labels": {"phase": "train"}, "value": 0.5, "type": "gauge"} in samples
     html = owner(demo).get(f"/jobs/{job.id}/?tab=metrics").content.decode()
@@ -98,15 +100,7 @@ def test_metrics_by_http_inside_a_container_without_network(demo):
         metrics_port=9100,
     )
     running(job)
-    body = wait_for(
-        lambda: (
-            (r := api(demo).get(f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}/metrics").json())["items"][0][
-                "ok"
-            ]
-            and r
-        ),
-        message="a successful scrape",
-    )
+    body = scraped(demo, job)
     assert [s["name"] for s in body["items"][0]["samples"]] == ["loss", "step_total"]
 
 
@@ -121,16 +115,7 @@ def test_metrics_by_http_with_python_only(demo):
         metrics_port=9101,
     )
     running(job)
-    body = wait_for(
-        lambda: (
-            (r := api(demo).get(f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}/metrics").json())["items"][0][
-                "ok"
-            ]
-            and r
-        ),
-        timeout=60,
-        message="a successful scrape",
-    )
+    body = scraped(demo, job, timeout=60)
     assert body["items"][0]["samples"][0]["name"] == "loss"
 
 
