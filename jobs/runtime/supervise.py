@@ -303,12 +303,9 @@ def _preempted(attempt: Attempt) -> bool:
     return attempt.preempted_at is not None
 
 
-def _requeue_preempted(job: TrainingJob, attempt: Attempt, runs: list[TaskRun]) -> None:
-    """SPEC §4 "preempted": back to Pending with its own priority and age, the restart budget
-    untouched; a Preempted event naming the job that needed the room, and the recovery
-    record of the decision (policy.decide restarts a preempted job whatever R is)."""
-    by = attempt.preempted_by
-    by_text = f"{by.name} (priority {by.priority})" if by is not None else "a higher-priority job (since deleted)"
+def _policy_inputs(job: TrainingJob, attempt: Attempt) -> tuple[Policy, Counters, bool]:
+    """What policy.decide() needs: the job's HA settings, its counters, and whether the attempt
+    ran long enough to count as stable."""
     policy = Policy(job.max_restarts_effective, job.unconditional_restart, job.hang_restart, job.pod_retry_num)
     counters = Counters(
         job.restarts_used,
@@ -318,7 +315,16 @@ def _requeue_preempted(job: TrainingJob, attempt: Attempt, runs: list[TaskRun]) 
         job.reschedules_used,
     )
     ran_for = (attempt.ended_at or timezone.now()) - (attempt.started_at or attempt.created_at)
-    stable = ran_for.total_seconds() >= settings.STABLE_WINDOW_S
+    return policy, counters, ran_for.total_seconds() >= settings.STABLE_WINDOW_S
+
+
+def _requeue_preempted(job: TrainingJob, attempt: Attempt, runs: list[TaskRun]) -> None:
+    """SPEC §4 "preempted": back to Pending with its own priority and age, the restart budget
+    untouched; a Preempted event naming the job that needed the room, and the recovery
+    record of the decision (policy.decide restarts a preempted job whatever R is)."""
+    by = attempt.preempted_by
+    by_text = f"{by.name} (priority {by.priority})" if by is not None else "a higher-priority job (since deleted)"
+    policy, counters, stable = _policy_inputs(job, attempt)
     decision = decide(policy, counters, c.PREEMPTED, stable=stable, multi_instance=job.node_count > 1)
     after = decision.counters
     TrainingJob.objects.filter(id=job.id).update(
@@ -378,16 +384,7 @@ def _facts(run: TaskRun) -> c.EndFacts:
 
 def _decide_after_failure(job: TrainingJob, attempt: Attempt, failed_run: TaskRun) -> Decision:
     verdict = c.classify(_facts(failed_run)) or c.Classification(c.USER_ERROR, "unknown", "The instance failed.")
-    policy = Policy(job.max_restarts_effective, job.unconditional_restart, job.hang_restart, job.pod_retry_num)
-    counters = Counters(
-        job.restarts_used,
-        job.hang_restarts_used,
-        job.consecutive_unconditional,
-        job.consecutive_hang,
-        job.reschedules_used,
-    )
-    ran_for = (attempt.ended_at or timezone.now()) - (attempt.started_at or attempt.created_at)
-    stable = ran_for.total_seconds() >= settings.STABLE_WINDOW_S
+    policy, counters, stable = _policy_inputs(job, attempt)
     decision = decide(policy, counters, verdict.failure_class, stable=stable, multi_instance=job.node_count > 1)
     decision = _escalate(attempt, decision, verdict.failure_class, stable)
     after = decision.counters
