@@ -8,7 +8,11 @@ An S3-compatible backend can take the same functions later; callers only use wha
 What the console needs from it:
 - `measure(url)`: total size, file count and depth of a folder (the code dir limits of SPEC §3),
 - `bucket_exists(url)`: output paths (backup, artifacts, logs) must be in an existing bucket,
-- `listdir` / `read_text` / `write_text` and `can_edit` / `can_view`: the code dir browser.
+- `listdir` / `read_text` / `write_text` and `can_edit` / `can_view`: the code dir browser,
+- `open_folder` / `confined_path`: what the console does for a job (copies, backups, log
+  exports, bind mount sources) walks the path from the bucket folder without following any
+  symbolic link (jobs/runtime/hostpaths.py): buckets are written by jobs, and a link a job
+  planted must not lead the console (root) anywhere.
 """
 
 from __future__ import annotations
@@ -16,13 +20,15 @@ from __future__ import annotations
 import os
 import re
 import stat
-import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from django.conf import settings
 
 from . import validators as v
+from .runtime import hostpaths
 
 EDITABLE_SUFFIXES = (".txt", ".py", ".sh", ".yaml")
 VIEWABLE_SUFFIXES = (".log", ".json", ".md")
@@ -64,14 +70,63 @@ def local_path(url: str) -> Path:
     bucket folder itself included -- that points out of its bucket is refused too.
     """
     bucket, key = _split(url)
-    top = root().resolve()
-    base = (top / bucket).resolve()
-    if base.parent != top:  # the bucket folder is a symlink to somewhere else
-        raise StorageError(f"'{url}' leaves the object storage root.")
+    base = _bucket_dir(bucket, url)
     path = (base / key).resolve() if key else base
     if path != base and base not in path.parents:  # a symlink pointing out of the bucket
         raise StorageError(f"'{url}' leaves its bucket.")
     return path
+
+
+def _bucket_dir(bucket: str, url: str) -> Path:
+    """The bucket's folder, resolved: a link in the root itself is the operator's (jobs never
+    write the root), but it must stay in the root."""
+    top = root().resolve()
+    base = (top / bucket).resolve()
+    if base.parent != top:  # the bucket folder is a symlink to somewhere else
+        raise StorageError(f"'{url}' leaves the object storage root.")
+    return base
+
+
+def _escape(bucket: str, exc: hostpaths.PathEscape) -> StorageError:
+    shown = f"obs://{bucket}/{exc.at}" + ("/" if exc.reason == "is a symbolic link" else "")
+    return StorageError(
+        f"'{shown}' {exc.reason}: the console never follows a link in object storage for a job "
+        "(a job may have planted it); remove it or choose another path."
+    )
+
+
+@contextmanager
+def open_folder(url: str, *, create: bool = False, owner: tuple[int, int] | None = None) -> Iterator[int]:
+    """A descriptor of the folder `url`, opened from its bucket folder one part at a time
+    without following links (hostpaths.open_dir): a link anywhere below the bucket is refused
+    with a StorageError naming it. `create`: missing folders below the bucket are made (never
+    the bucket: that is the user's or the operator's doing); the last one, when made here, is
+    given to `owner`."""
+    bucket, key = _split(url)
+    stack = ExitStack()
+    try:
+        fd = stack.enter_context(hostpaths.open_dir(_bucket_dir(bucket, url), key, create=create, owner=owner))
+    except hostpaths.PathEscape as exc:
+        raise _escape(bucket, exc) from None
+    except FileNotFoundError:
+        raise StorageError(f"'{url}' does not exist in object storage.") from None
+    except NotADirectoryError:
+        raise StorageError(f"'{url}' is not a folder in object storage.") from None
+    with stack:
+        yield fd
+
+
+def confined_path(url: str) -> Path:
+    """Where `obs://bucket/path` lies (as local_path), checked as open_folder does: no part
+    below the bucket folder is a link. A missing tail is allowed. For paths handed on as
+    strings (bind mount sources)."""
+    bucket, key = _split(url)
+    try:
+        return hostpaths.confined(_bucket_dir(bucket, url), key)
+    except hostpaths.PathEscape as exc:
+        raise _escape(bucket, exc) from None
+    except NotADirectoryError:
+        raise StorageError(f"'{url}' is not a folder in object storage.") from None
 
 
 def bucket_of(url: str) -> str:
@@ -215,7 +270,20 @@ def read_text(url: str) -> str:
         raise StorageError(f"'{url}' does not exist in object storage.")
     if path.stat().st_size > MAX_TEXT_BYTES:
         raise StorageError(f"'{url}' is larger than {human_bytes(MAX_TEXT_BYTES)}: download it instead.")
-    return path.read_text(encoding="utf-8", errors="replace")
+    # Read through the resolved folder opened without following links: a folder swapped for a
+    # link since local_path looked is refused, not followed out of the bucket.
+    bucket = bucket_of(url)
+    base = _bucket_dir(bucket, url)
+    try:
+        with hostpaths.open_dir(base, path.parent.relative_to(base)) as folder:
+            data = hostpaths.read_file(folder, path.name, max_bytes=MAX_TEXT_BYTES)
+    except hostpaths.PathEscape as exc:
+        raise _escape(bucket, exc) from None
+    except FileNotFoundError:
+        raise StorageError(f"'{url}' does not exist in object storage.") from None
+    except hostpaths.TooLarge:
+        raise StorageError(f"'{url}' is larger than {human_bytes(MAX_TEXT_BYTES)}: download it instead.") from None
+    return data.decode("utf-8", errors="replace")
 
 
 def write_text(url: str, text: str) -> None:
@@ -229,20 +297,25 @@ def write_text(url: str, text: str) -> None:
         raise StorageError(f"The folder of '{url}' does not exist in object storage.")
     if path.is_dir():
         raise StorageError(f"'{url}' is a folder.")
-    # A unique temporary name: two saves of one file at once must not write into the same file.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:64]}.", suffix=".saving", dir=path.parent)
+    # local_path resolved the links (and refused those out of the bucket); the write itself goes
+    # through the resolved folder opened without following links, so that a folder swapped for a
+    # link meanwhile is refused, not followed.
+    bucket = bucket_of(url)
+    base = _bucket_dir(bucket, url)
     try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        try:
-            # Keep the file's mode: saving run.sh from the editor must not drop its execute bit.
-            os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
-        except FileNotFoundError:
-            os.chmod(tmp, 0o666 & ~_umask())  # a new file: what a plain open() would have made
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        with hostpaths.open_dir(base, path.parent.relative_to(base)) as folder:
+            try:
+                st = os.stat(path.name, dir_fd=folder, follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    raise StorageError(f"'{url}' is a folder.")
+                # Keep the file's mode: saving run.sh from the editor must not drop its execute bit.
+                mode = stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else 0o666 & ~_umask()
+            except FileNotFoundError:
+                mode = 0o666 & ~_umask()  # a new file: what a plain open() would have made
+            # A unique temporary name and a rename: two saves of one file at once never mix.
+            hostpaths.write_file(folder, path.name, data, mode=mode)
+    except hostpaths.PathEscape as exc:
+        raise _escape(bucket, exc) from None
 
 
 def _umask() -> int:

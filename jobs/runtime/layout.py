@@ -16,6 +16,11 @@ One description, two uses, so that the preview and the containers never differ:
 Host paths (job data, the local code copies, the SSH dirs, the object storage root,
 host-directory file systems) must be the same on the console and on every Docker host: shared
 storage mounted at the same place, as for the job data dir (docs/decisions.md).
+
+Jobs write in most of these folders, and the console works in them as root: every host path is
+a trusted root and a relative part walked without following links (jobs/runtime/hostpaths.py).
+A link a job planted on the way (`ln -s / <file system>/root`, `ln -s /etc <backup dir>/<job>-worker-0`)
+fails the start with a StagingError naming it; bind mount sources are checked the same way.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-import shutil
-import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,12 +41,13 @@ from jobs import storage
 from jobs import validators as v
 from jobs.models import DATA_MOUNT_ROOT, Dataset, FileSystem, KeyPair
 
-from . import ssh
+from . import hostpaths, ssh
 
 if TYPE_CHECKING:
     from jobs.models import Attempt, TaskRun, TrainingJob
 
 MA_UID = MA_GID = 1000  # ma-user (SPEC §8)
+MA_USER = (MA_UID, MA_GID)
 JOB_DATA_MOUNT = "/job-data"
 CACHE_MOUNT = "/cache"
 # Where the per-instance copies of the code live: <JOB_DATA_ROOT>/.local-code/<job id>/a<attempt>-w<index>.
@@ -302,16 +308,25 @@ def job_data_path(job: TrainingJob) -> Path:
 
 def job_data_dir(job: TrainingJob) -> Path:
     """The job-scoped persistent directory (SPEC §8) on the hosts' shared storage, created on first use."""
-    path = job_data_path(job)
-    if not path.exists():
-        path.mkdir(parents=True, exist_ok=True)
-        give_to_ma_user(path)
-    return path
+    _job_data_root_made()
+    hostpaths.makedirs_confined(settings.JOB_DATA_ROOT, str(job.id), owner=MA_USER)
+    return job_data_path(job)
+
+
+def _job_data_root_made() -> Path:
+    """JOB_DATA_ROOT, made if missing: the operator's setting, trusted (jobs only see folders below it)."""
+    root = Path(settings.JOB_DATA_ROOT)
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _local_code_relative(job: TrainingJob, attempt: Attempt, task_run: TaskRun) -> str:
+    return f"{LOCAL_CODE_STAGING}/{job.id}/a{attempt.number}-w{task_run.index}"
 
 
 def local_code_path(job: TrainingJob, attempt: Attempt, task_run: TaskRun) -> Path:
     """The host directory bound at MA_JOB_DIR in this instance's container of this attempt."""
-    return Path(settings.JOB_DATA_ROOT) / LOCAL_CODE_STAGING / str(job.id) / f"a{attempt.number}-w{task_run.index}"
+    return Path(settings.JOB_DATA_ROOT) / _local_code_relative(job, attempt, task_run)
 
 
 def cache_volume(job: TrainingJob, task_run: TaskRun) -> str:
@@ -331,7 +346,9 @@ def volume_labels(job: TrainingJob, what: str) -> dict[str, str]:
 
 
 def give_to_ma_user(path: Path) -> None:
-    """Make `path` writable by uid 1000 inside the container (no-new-privileges: it cannot chown)."""
+    """Make `path` writable by uid 1000 inside the container (no-new-privileges: it cannot chown).
+    For a path the console made itself; a folder a job writes in is given through its descriptor
+    (hostpaths.give)."""
     try:
         os.lchown(path, MA_UID, MA_GID)
     except PermissionError:
@@ -340,30 +357,63 @@ def give_to_ma_user(path: Path) -> None:
             path.chmod(path.stat().st_mode | (0o777 if path.is_dir() else 0o666))
 
 
-def _give_tree_to_ma_user(root: Path) -> None:
-    give_to_ma_user(root)
-    for folder, dirs, files in os.walk(root):
-        for name in dirs + files:
-            give_to_ma_user(Path(folder, name))
-
-
-def _storage_dir(url: str, what: str) -> Path:
+# -- confined host paths: every message names the path the way the user knows it -------------------------
+def _storage_source(url: str, what: str) -> Path:
+    """A bind mount source in object storage: no link below the bucket folder."""
     try:
-        path = storage.local_path(url)
+        return storage.confined_path(url)
     except storage.StorageError as exc:
         raise StagingError(f"{what}: {exc}") from None
-    return path
 
 
-def _existing_storage_dir(url: str, what: str) -> Path:
-    path = _storage_dir(url, what)
-    if not path.is_dir():
-        raise StagingError(f"{what}: '{url}' does not exist in object storage.")
-    return path
+@contextmanager
+def _storage_folder(url: str, what: str, *, create: bool = False, owner=None) -> Iterator[int]:
+    """A descriptor of the object storage folder `url` (storage.open_folder); a StagingError names what is wrong."""
+    stack = ExitStack()
+    try:
+        fd = stack.enter_context(storage.open_folder(url, create=create, owner=owner))
+    except storage.StorageError as exc:
+        raise StagingError(f"{what}: {exc}") from None
+    with stack:
+        yield fd
 
 
-def _host_dir_source(fs: FileSystem, path: str) -> Path:
-    return Path(fs.source) / (v.normalized_path(path) or "/").lstrip("/")
+def _host_dir_relative(path: str) -> str:
+    # A path validation would refuse ('..') is walked as it is, and so refused, never made '/'.
+    return v.normalized_path(path) or path or "/"
+
+
+def _file_system_refusal(fs: FileSystem, what: str, exc: hostpaths.PathEscape) -> StagingError:
+    return StagingError(
+        f"{what}: '{fs.name}:/{exc.at}' {exc.reason}: the console never follows a link in a file system "
+        "for a job (a job may have planted it); remove it or choose another path."
+    )
+
+
+def _file_system_source(fs: FileSystem, path: str, what: str) -> Path:
+    """A bind mount source in a host-directory file system: no link below its root."""
+    try:
+        return hostpaths.confined(fs.source, _host_dir_relative(path))
+    except hostpaths.PathEscape as exc:
+        raise _file_system_refusal(fs, what, exc) from None
+
+
+def _make_file_system_dir(fs: FileSystem, path: str, what: str) -> None:
+    """The folder `path` of a host-directory file system, made where missing. A folder made here is
+    the job's (given to ma-user); an existing one keeps its owner: it is the operator's data."""
+    Path(fs.source).mkdir(parents=True, exist_ok=True)  # the root: the operator's setting
+    try:
+        hostpaths.makedirs_confined(fs.source, _host_dir_relative(path), owner=MA_USER)
+    except hostpaths.PathEscape as exc:
+        raise _file_system_refusal(fs, what, exc) from None
+
+
+def _job_data_source(relative: str, what: str) -> Path:
+    """A bind mount source below JOB_DATA_ROOT (job data, code copies, SSH files): no link on the way."""
+    try:
+        return hostpaths.confined(settings.JOB_DATA_ROOT, relative)
+    except hostpaths.PathEscape as exc:
+        raise StagingError(f"{what}: '{exc.at}' below the job data root {exc.reason}; refused.") from None
 
 
 def stage_local_code(job: TrainingJob, attempt: Attempt, task_run: TaskRun) -> Path:
@@ -374,46 +424,104 @@ def stage_local_code(job: TrainingJob, attempt: Attempt, task_run: TaskRun) -> P
     downloads the code in ModelArts. One copy per attempt and instance, made once (a
     start retried for the same attempt reuses it); a process-level restart keeps the
     container and so its copy, a container-level restart gets a new one.
+
+    The code dir is read without following any link on the way (a link planted in the bucket is
+    refused) and copied with hostpaths.copytree_into: links are copied as links, never followed.
     """
-    target = local_code_path(job, attempt, task_run)
-    if not target.is_dir():
-        source = _existing_storage_dir(job.code_dir, "Code dir") if job.code_dir else None
+    root = _job_data_root_made()
+    name = f"a{attempt.number}-w{task_run.index}"
+    try:
+        with hostpaths.open_dir(root, f"{LOCAL_CODE_STAGING}/{job.id}", create=True) as parent:
+            if not hostpaths.is_dir_at(parent, name):
+                _copy_code(job, parent, name)
+            # Earlier attempts' copies of this instance belong to containers that are gone.
+            for old in os.listdir(parent):
+                number, _, index = old[1:].partition("-w")
+                if old.startswith("a") and number.isdigit() and index == str(task_run.index):
+                    if int(number) < attempt.number:
+                        _remove_quietly(parent, old)
+    except hostpaths.PathEscape as exc:
+        raise StagingError(f"Local code dir: '{exc.at}' {exc.reason}; refused.") from None
+    return local_code_path(job, attempt, task_run)
+
+
+def _copy_code(job: TrainingJob, parent: int, name: str) -> None:
+    with ExitStack() as stack:
+        source = stack.enter_context(_storage_folder(job.code_dir, "Code dir")) if job.code_dir else None
         # Copied aside and renamed into place: a start that dies half-way leaves no partial copy in use.
-        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
-        tmp.mkdir(parents=True)
+        tmp = hostpaths.make_temp_dir(parent, f".{name}.", 0o755)
         try:
-            if source is not None:
-                # symlinks=True: a link is copied as a link, never followed out of the bucket.
-                shutil.copytree(source, tmp / job.code_folder, symlinks=True)
-            _give_tree_to_ma_user(tmp)
-            os.rename(tmp, target)
+            folder = hostpaths.open_child(parent, tmp)
+            try:
+                if source is not None:
+                    os.mkdir(job.code_folder, 0o700, dir_fd=folder)
+                    code = hostpaths.open_child(folder, job.code_folder)
+                    try:
+                        hostpaths.copytree_into(source, code, owner=MA_USER)
+                        os.fchmod(code, os.fstat(source).st_mode & 0o777)
+                        hostpaths.give(code, MA_USER)
+                    finally:
+                        os.close(code)
+                hostpaths.give(folder, MA_USER)
+            finally:
+                os.close(folder)
+            os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
         except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if not target.is_dir():  # not a concurrent start of the same attempt that won the rename
+            _remove_quietly(parent, tmp)
+            if not hostpaths.is_dir_at(parent, name):  # not a concurrent start of the same attempt that won the rename
                 raise
-    # Earlier attempts' copies of this instance belong to containers that are gone.
-    for old in target.parent.glob(f"a*-w{task_run.index}"):
-        number = old.name[1:].split("-", 1)[0]
-        if number.isdigit() and int(number) < attempt.number:
-            shutil.rmtree(old, ignore_errors=True)
-    return target
+
+
+def _remove_quietly(dir_fd: int, name: str) -> None:
+    try:
+        hostpaths.remove_at(dir_fd, name)
+    except OSError:
+        pass
 
 
 def backup_code(job: TrainingJob, task_run: TaskRun, local_code: Path) -> Path | None:
-    """SPEC §3 code backup: the local code folder to <dir>/<job>-<task>-<index>/user-job-dir/<folder>."""
+    """SPEC §3 code backup: the local code folder to <dir>/<job>-<task>-<index>/user-job-dir/<folder>.
+
+    The backup dir is in a bucket jobs may write (mounted read-write, or a job's artifacts): the
+    folders on the way are opened without following links, so `ln -s /etc <dir>/<job>-worker-0`
+    fails the start with a message naming the link instead of leading the copy into /etc. The
+    source, the job's own local code dir (written by its containers), is read the same way.
+    """
     if not (job.code_backup_dir and job.code_dir):
         return None
     if not storage.bucket_exists(job.code_backup_dir):
         # Never create a bucket as a side effect: that is the user's (or operator's) doing.
         raise StagingError(f"Code backup dir: the bucket of '{job.code_backup_dir}' does not exist.")
-    base = _storage_dir(job.code_backup_dir, "Code backup dir")
-    dest = base / f"{job.name}-{task_run.task_name}" / BACKUP_CODE_FOLDER / job.code_folder
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}")
-    shutil.copytree(local_code / job.code_folder, tmp, symlinks=True)
-    shutil.rmtree(dest, ignore_errors=True)  # the latest start's code replaces the previous backup
-    os.rename(tmp, dest)
-    return dest
+    folder = job.code_folder
+    parent_url = f"{job.code_backup_dir.rstrip('/')}/{job.name}-{task_run.task_name}/{BACKUP_CODE_FOLDER}/"
+    with ExitStack() as stack:
+        try:
+            source_relative = Path(local_code).relative_to(settings.JOB_DATA_ROOT) / folder
+            source = stack.enter_context(hostpaths.open_dir(settings.JOB_DATA_ROOT, source_relative))
+        except hostpaths.PathEscape:
+            raise StagingError(
+                f"Code backup: {local_code_dir(job)}/{folder} of this instance is a symbolic link; "
+                "the console never follows a link a job may have planted: refused."
+            ) from None
+        parent = stack.enter_context(_storage_folder(parent_url, "Code backup dir", create=True))
+        tmp = hostpaths.make_temp_dir(parent, f".{folder}.")
+        try:
+            copy = hostpaths.open_child(parent, tmp)
+            try:
+                hostpaths.copytree_into(source, copy)
+                os.fchmod(copy, os.fstat(source).st_mode & 0o777)
+            finally:
+                os.close(copy)
+            # The latest start's code replaces the previous backup (whatever is there: a link is
+            # replaced, never followed).
+            hostpaths.replace_dir(parent, tmp, folder)
+        except hostpaths.PathEscape as exc:
+            _remove_quietly(parent, tmp)
+            raise StagingError(f"Code backup: {local_code_dir(job)}/{folder}/{exc.at} {exc.reason}: refused.") from None
+        except BaseException:
+            _remove_quietly(parent, tmp)
+            raise
+    return _storage_source(parent_url, "Code backup dir") / folder
 
 
 def _refuse_shared_paths(layout: list[LayoutEntry]) -> None:
@@ -454,29 +562,26 @@ def _prepare(job: TrainingJob, attempt: Attempt, task_run: TaskRun, entry: Layou
     elif entry.kind == Kind.DATASET:
         if entry.ref is None:
             raise StagingError(f"{entry.what} no longer exists.")
-        _existing_storage_dir(entry.ref.path, entry.what)
+        with _storage_folder(entry.ref.path, entry.what):
+            pass
     elif entry.kind == Kind.OBS:
-        give_to_ma_user(_existing_storage_dir(entry.ref, entry.what))
+        with _storage_folder(entry.ref, entry.what) as folder:
+            hostpaths.give(folder, MA_USER)
     elif entry.kind == Kind.ARTIFACTS:
         if not entry.ref:
             raise StagingError("Artifacts: no storage path is set.")
-        path = _storage_dir(entry.ref, "Artifacts")
+        _storage_source(entry.ref, "Artifacts")  # a malformed path first: its own message
         if not storage.bucket_exists(entry.ref):
             raise StagingError(f"Artifacts: the bucket of '{entry.ref}' does not exist.")
-        path.mkdir(parents=True, exist_ok=True)
         # The artifact folder is the job's output (and checkpoint) folder: ma-user must write there.
-        give_to_ma_user(path)
+        with _storage_folder(entry.ref, "Artifacts", create=True) as folder:
+            hostpaths.give(folder, MA_USER)
     elif entry.kind == Kind.FILE_SYSTEM:
         fs, mount = entry.ref
         if fs is None:
             raise StagingError(f"File system '{mount.get('file_system')}' no longer exists.")
         if fs.kind == FileSystem.Kind.HOST_DIR:
-            source = _host_dir_source(fs, mount.get("path") or "/")
-            if not source.is_dir():
-                # A missing sub-directory is created for the job (and is its own); an existing
-                # one keeps its owner: it is the operator's data.
-                source.mkdir(parents=True, exist_ok=True)
-                give_to_ma_user(source)
+            _make_file_system_dir(fs, mount.get("path") or "/", entry.what)
     elif entry.kind == Kind.SUMMARY:
         _prepare_summary(job, entry)
     elif entry.kind == Kind.SSH:
@@ -493,11 +598,8 @@ def _prepare_summary(job: TrainingJob, entry: LayoutEntry) -> None:
     if fs is None:
         raise StagingError(f"{entry.what}: the file system no longer exists.")
     if fs.kind == FileSystem.Kind.HOST_DIR:
-        source = _host_dir_source(fs, summary_folder(job))
-        if not source.is_dir():
-            # The summaries folder itself stays the operator's; the job's folder is the job's.
-            source.mkdir(parents=True, exist_ok=True)
-            give_to_ma_user(source)
+        # The summaries folder itself stays the operator's; the job's folder is the job's.
+        _make_file_system_dir(fs, summary_folder(job), entry.what)
     # NFS: the console does not mount exports itself, so it cannot make the folder; the mount
     # of a folder missing on the server fails the start (docs/decisions.md).
 
@@ -534,9 +636,9 @@ def mounts_for(
     for entry in (e for e in layout if e.mounted):
         target, ro = entry.container_path, entry.read_only
         if entry.kind == Kind.LOCAL_CODE:
-            source = str(local_code_path(job, attempt, task_run))
+            source = str(_job_data_source(_local_code_relative(job, attempt, task_run), entry.what))
         elif entry.kind == Kind.JOB_DATA:
-            source = str(job_data_path(job))
+            source = str(_job_data_source(str(job.id), entry.what))
         elif entry.kind == Kind.CACHE:
             # A per-instance scratch volume, created on the instance's host.
             mounts.append(
@@ -548,9 +650,9 @@ def mounts_for(
         elif entry.kind == Kind.DATASET:
             if entry.ref is None:
                 raise StagingError(f"{entry.what} no longer exists.")
-            source = str(_storage_dir(entry.ref.path, entry.what))
+            source = str(_storage_source(entry.ref.path, entry.what))
         elif entry.kind in (Kind.OBS, Kind.ARTIFACTS):
-            source = str(_storage_dir(entry.ref or "", entry.what))
+            source = str(_storage_source(entry.ref or "", entry.what))
         elif entry.kind == Kind.FILE_SYSTEM:
             fs, mount = entry.ref
             if fs is None:
@@ -559,7 +661,7 @@ def mounts_for(
             if fs.kind == FileSystem.Kind.NFS:
                 mounts.append(nfs_mount(target, fs, mount, nfs_volume(job, file_systems), volume_labels(job, "nfs")))
                 continue
-            source = str(_host_dir_source(fs, mount.get("path") or "/"))
+            source = str(_file_system_source(fs, mount.get("path") or "/", entry.what))
         elif entry.kind == Kind.SUMMARY:
             fs = entry.ref
             if fs is None:
@@ -569,9 +671,9 @@ def mounts_for(
                 volume = f"console-nfs-{job.id.hex[:12]}-summary"
                 mounts.append(nfs_mount(target, fs, summary, volume, volume_labels(job, "nfs")))
                 continue
-            source = str(_host_dir_source(fs, summary_folder(job)))
+            source = str(_file_system_source(fs, summary_folder(job), entry.what))
         elif entry.kind == Kind.SSH:
-            source = str(ssh.ssh_dir_path(job))
+            source = str(_job_data_source(f"{ssh.SSH_STAGING}/{job.id}", entry.what))
         else:  # pragma: no cover - a kind added to runtime_layout() and not here
             raise ValueError(f"no mount for {entry.kind!r}")
         mounts.append(docker.types.Mount(target, source, type="bind", read_only=ro))

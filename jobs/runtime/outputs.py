@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,6 +30,7 @@ from django.utils import timezone
 from jobs import events, storage
 from jobs.models import FINAL_PHASES, RETAINED_PHASES, EventKind, Phase, TaskRun, TrainingJob
 
+from . import hostpaths
 from .lifecycle import announce
 from .logs import LogLine, log_path
 
@@ -199,20 +199,12 @@ def _write_export(job: TrainingJob) -> int:
     indexes = sorted(set(TaskRun.objects.filter(attempt__job=job).values_list("index", flat=True)))
     if not indexes:
         return 0  # stopped before it started: no log, no folder
-    folder = storage.local_path(url)
-    folder.mkdir(parents=True, exist_ok=True)
-    for index in indexes:
-        target = folder / f"worker-{index}.log"
-        # A whole file or none: readers (and a second export) never see a half-written log.
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".exporting", dir=folder)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.writelines(instance_log(job, index))
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+    # The log path is in a bucket jobs may write: the folders are opened without following links
+    # (a planted link is refused with a StorageError naming it), and each file is written
+    # whole or not at all, into a new file renamed over the old one (never through a link).
+    with storage.open_folder(url, create=True) as folder:
+        for index in indexes:
+            hostpaths.write_file(folder, f"worker-{index}.log", instance_log(job, index), mode=0o644)
     return len(indexes)
 
 

@@ -14,20 +14,25 @@ everything here is owned by ma-user (uid 1000) with the modes ssh expects (dir 0
 key and authorized_keys 0600). That takes a console running as root (or as uid 1000): unlike
 the other directories of a job (layout.give_to_ma_user) these are never opened to everyone
 instead, which would hand the private key to every user of the host.
+
+Every file operation goes through the folder's descriptor (jobs/runtime/hostpaths.py): nothing on
+the way from JOB_DATA_ROOT is followed if it is a link, and no file is written through one.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
+
+from . import hostpaths
 
 if TYPE_CHECKING:
     from jobs.models import TrainingJob
@@ -87,16 +92,16 @@ def prepare_mutual_trust(job: TrainingJob, container_dir: str, hostnames: Iterab
     kept: every instance and every restart gets the same key pair."""
     target = ssh_dir_path(job)
 
-    def write_key_pair(folder: Path) -> None:
+    def write_key_pair(folder: int) -> None:
         private, public = generate_key_pair(f"{MA_USER_NAME}@{job.name}-{str(job.id)[:8]}")
-        _write(folder / PRIVATE_KEY, private, 0o600)
-        _write(folder / PUBLIC_KEY, public, 0o644)
+        _write(folder, PRIVATE_KEY, private, 0o600)
+        _write(folder, PUBLIC_KEY, public, 0o644)
 
-    _create_once(target, write_key_pair)
-    # Derived files are rewritten at each start (same content): a console upgrade or an
-    # interrupted earlier write cannot leave them stale.
-    _replace(target / AUTHORIZED_KEYS, (target / PUBLIC_KEY).read_bytes(), 0o600)
-    _replace(target / CONFIG, ssh_config(container_dir, hostnames).encode(), 0o644)
+    with _created_once(job, write_key_pair) as folder:
+        # Derived files are rewritten at each start (same content): a console upgrade or an
+        # interrupted earlier write cannot leave them stale.
+        _replace(folder, AUTHORIZED_KEYS, hostpaths.read_file(folder, PUBLIC_KEY), 0o600)
+        _replace(folder, CONFIG, ssh_config(container_dir, hostnames).encode(), 0o644)
     return target
 
 
@@ -104,63 +109,90 @@ def prepare_remote_access(job: TrainingJob, public_key: str | None) -> Path:
     """authorized_keys with the user's public key, rewritten at each start so that it follows
     the key pair as it is now; None (the key pair was deleted): an empty file, no access."""
     target = ssh_dir_path(job)
-    _create_once(target, lambda folder: None)
-    text = (public_key or "").strip()
-    _replace(target / AUTHORIZED_KEYS, (text + "\n" if text else "").encode(), 0o600)
+    with _created_once(job, lambda folder: None) as folder:
+        text = (public_key or "").strip()
+        _replace(folder, AUTHORIZED_KEYS, (text + "\n" if text else "").encode(), 0o600)
     return target
 
 
 # -- files owned by ma-user ------------------------------------------------------------------------------
-def _own(path: Path, mode: int) -> None:
-    os.chmod(path, mode)
+def _own(fd: int, mode: int, shown: str) -> None:
+    os.fchmod(fd, mode)
     try:
-        os.chown(path, MA_UID, MA_GID)
+        os.fchown(fd, MA_UID, MA_GID)
     except PermissionError:
         if os.geteuid() != MA_UID:
             raise PermissionError(
-                f"SSH files: {path} cannot be given to ma-user (uid {MA_UID}); the console must run as root "
+                f"SSH files: {shown} cannot be given to ma-user (uid {MA_UID}); the console must run as root "
                 f"or as uid {MA_UID} to hand out SSH keys."
             ) from None
 
 
-def _write(path: Path, data: bytes, mode: int) -> None:
-    # Created with the final mode: a private key is never readable by others, even for a moment.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+def _write(folder: int, name: str, data: bytes, mode: int) -> None:
+    # Created with the final mode (O_EXCL, O_NOFOLLOW: a new file, never through a link): a
+    # private key is never readable by others, even for a moment.
+    fd = hostpaths.create_file(folder, name, mode)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
-    _own(path, mode)
+        f.flush()
+        _own(f.fileno(), mode, name)
 
 
-def _replace(path: Path, data: bytes, mode: int) -> None:
+def _replace(folder: int, name: str, data: bytes, mode: int) -> None:
     """Write aside and rename over: a running instance reading the file sees the old or the new one."""
-    if path.is_file() and path.read_bytes() == data:
-        _own(path, mode)
-        return
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
     try:
-        _write(tmp, data, mode)
-        os.rename(tmp, path)
+        same = hostpaths.read_file(folder, name) == data
+    except (FileNotFoundError, hostpaths.PathEscape):
+        same = False  # missing, or a link: replaced below, never followed
+    if same:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+        try:
+            _own(fd, mode, name)
+        finally:
+            os.close(fd)
+        return
+    tmp = f".{name}.{uuid.uuid4().hex[:8]}"
+    try:
+        _write(folder, tmp, data, mode)
+        os.rename(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
     finally:
-        tmp.unlink(missing_ok=True)
+        try:
+            os.unlink(tmp, dir_fd=folder)
+        except FileNotFoundError:
+            pass
 
 
-def _create_once(target: Path, fill: Callable[[Path], None]) -> None:
-    """Make the job's directory once, filled by `fill`, atomically: instances starting at the
-    same time (threads or processes of the worker, several consoles) all end up with the one
-    directory that won the rename, never with a half-written or a second key pair."""
-    if target.is_dir():
-        _own(target, 0o700)
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.parent.chmod(0o700)  # private keys of every job below: root's alone
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
-    tmp.mkdir(mode=0o700)
+@contextmanager
+def _created_once(job: TrainingJob, fill: Callable[[int], None]) -> Iterator[int]:
+    """The job's directory (a descriptor of it), made once, filled by `fill`, atomically: instances
+    starting at the same time (threads or processes of the worker, several consoles) all end up
+    with the one directory that won the rename, never with a half-written or a second key pair."""
+    root = Path(settings.JOB_DATA_ROOT)
+    root.mkdir(parents=True, exist_ok=True)  # the operator's setting: trusted
+    name = str(job.id)
+    with hostpaths.open_dir(root, SSH_STAGING, create=True, mode=0o700) as staging:
+        os.fchmod(staging, 0o700)  # private keys of every job below: root's alone
+        if not hostpaths.is_dir_at(staging, name):
+            tmp = hostpaths.make_temp_dir(staging, f".{name}.", 0o700)
+            try:
+                fd = hostpaths.open_child(staging, tmp)
+                try:
+                    fill(fd)
+                    _own(fd, 0o700, tmp)
+                finally:
+                    os.close(fd)
+                os.rename(tmp, name, src_dir_fd=staging, dst_dir_fd=staging)
+            except OSError:
+                if not hostpaths.is_dir_at(staging, name):  # not a concurrent start that won the rename
+                    raise
+            finally:
+                try:
+                    hostpaths.remove_at(staging, tmp)
+                except OSError:
+                    pass
+        folder = hostpaths.open_child(staging, name, at=f"{SSH_STAGING}/{name}")
     try:
-        fill(tmp)
-        _own(tmp, 0o700)
-        os.rename(tmp, target)
-    except OSError:
-        if not target.is_dir():  # not a concurrent start that won the rename
-            raise
+        _own(folder, 0o700, str(ssh_dir_path(job)))
+        yield folder
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        os.close(folder)
