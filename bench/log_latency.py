@@ -147,8 +147,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lines", type=int, default=1000)
     parser.add_argument("--interval-ms", type=float, default=10.0)
-    # Short: an idle log socket dies after 5 s (see bench/README.md, redis-py's socket timeout).
-    parser.add_argument("--warmup-s", type=float, default=2.5)
+    # Time for the readers to attach before the first line; a quiet socket may wait any length
+    # (bench/quiet_socket.py).
+    parser.add_argument("--warmup-s", type=float, default=5.0)
     parser.add_argument("--database", default=f"console_bench_{os.getpid()}")
     parser.add_argument("--keep-db", action="store_true", help="do not drop the database at the end")
     args = parser.parse_args()

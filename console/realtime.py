@@ -17,8 +17,12 @@ import threading
 from typing import Any
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
+from django.core.exceptions import ImproperlyConfigured
 
 log = logging.getLogger(__name__)
+
+# How much longer than the channel layer's blocking receive a read on its connections may take.
+READ_TIMEOUT_MARGIN_S = 1.0
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -88,3 +92,43 @@ def log_group(job_id: Any, index: int) -> str:
 def workspace_group(workspace_id: Any) -> str:
     """The job lists of one workspace's members (each consumer filters by what its user may see)."""
     return f"jobs.workspace.{workspace_id}"
+
+
+def redis_layer_timeouts() -> tuple[float, list[float | None]] | None:
+    """The Redis channel layer's blocking receive (BZPOPMIN, seconds) and the socket timeout of
+    each host's connections as redis-py really sets it (None: no timeout); None for another layer.
+
+    The connections are built the way channels-redis builds them (its create_pool, then the
+    pool's make_connection), without connecting: the value is the one every read will use,
+    whatever the settings, the URL's query string or redis-py's defaults made of it.
+    """
+    from channels_redis.core import RedisChannelLayer
+
+    layer = get_channel_layer()
+    if not isinstance(layer, RedisChannelLayer):
+        return None
+    timeouts = [layer.create_pool(index).make_connection().socket_timeout for index in range(layer.ring_size)]
+    return float(layer.brpop_timeout), timeouts
+
+
+def check_layer_timeouts() -> None:
+    """Refuse to serve websockets whose consumers would die whenever they wait.
+
+    channels-redis waits for a consumer's next message with a BZPOPMIN of brpop_timeout seconds
+    on a connection whose reads are bounded by the client's socket timeout. Unless that timeout
+    is longer, an idle receive times out on the client (redis.exceptions.TimeoutError out of
+    the consumer, close code 1011): with redis-py 8's default (5 s, equal to BZPOPMIN's) every
+    websocket that received nothing for about 5 s.
+    """
+    timeouts = redis_layer_timeouts()
+    if timeouts is None:
+        return
+    blocking, socket_timeouts = timeouts
+    for socket_timeout in socket_timeouts:
+        if socket_timeout is not None and socket_timeout < blocking + READ_TIMEOUT_MARGIN_S:
+            raise ImproperlyConfigured(
+                f"The Redis channel layer's socket timeout ({socket_timeout:g} s) must be at least "
+                f"{READ_TIMEOUT_MARGIN_S:g} s longer than its blocking receive ({blocking:g} s): an idle "
+                "websocket would be closed with 1011. Set CONSOLE_CHANNELS_REDIS_SOCKET_TIMEOUT_S "
+                "(and no socket_timeout in REDIS_URL's query string)."
+            )

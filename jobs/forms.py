@@ -174,6 +174,40 @@ TAG_COLUMNS = {"key": str, "value": str}
 FS_MOUNT_COLUMNS = {"file_system": str, "path": str, "mount_path": str, "read_only": bool, "options": str}
 OBS_MOUNT_COLUMNS = {"obs_url": str, "mount_path": str}
 
+ENV_FILE_LABEL = "Import env vars from a file"
+# The most an env-file import reads: ENV_MAX lines of the longest allowed value (ENV_VALUE_MAX
+# characters, up to 4 bytes each in UTF-8) with a name of up to ENV_FILE_NAME_ALLOWANCE characters
+# (names have no limit of their own) and the syntax around them (`export NAME='...'`, CRLF), and a
+# UTF-8 byte order mark. A bigger file could not be imported anyway: it is refused, not read.
+ENV_FILE_NAME_ALLOWANCE = 256
+ENV_FILE_LINE_MAX_BYTES = len("export ") + ENV_FILE_NAME_ALLOWANCE + len("=''\r\n") + 4 * v.ENV_VALUE_MAX
+ENV_FILE_MAX_BYTES = v.ENV_MAX * ENV_FILE_LINE_MAX_BYTES + len("\ufeff".encode())
+
+
+def read_env_file(upload) -> str:
+    """The text of an uploaded env file, reading at most ENV_FILE_MAX_BYTES + 1 bytes of it.
+
+    ValidationError (the field's label and the limit in the message) when it is bigger or not
+    UTF-8 text; the caller then imports nothing."""
+    too_big = ValidationError(
+        f"{ENV_FILE_LABEL}: refused, the file is larger than {ENV_FILE_MAX_BYTES:,} bytes, the most "
+        f"{v.ENV_MAX} env vars with values of up to {v.ENV_VALUE_MAX:,} characters can take. Nothing was imported.",
+        code="env_file_size",
+    )
+    if upload.size is not None and upload.size > ENV_FILE_MAX_BYTES:
+        raise too_big
+    upload.seek(0)
+    data = upload.read(ENV_FILE_MAX_BYTES + 1)
+    if len(data) > ENV_FILE_MAX_BYTES:
+        raise too_big
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ValidationError(
+            "Env var import refused: the file is not UTF-8 text. Nothing was imported.", code="env_file_encoding"
+        ) from None
+
+
 # Objects the form names exactly as the API does: (field, what, whose).
 NAMED_OBJECTS = [
     ("flavor", "Flavor", None),
@@ -205,7 +239,7 @@ class JobCreateForm(forms.ModelForm):
     )
     env_file = forms.FileField(
         required=False,
-        label="Import env vars from a file",
+        label=ENV_FILE_LABEL,
         help_text=f"KEY=VALUE lines; the whole file is refused if the total would exceed {v.ENV_MAX}.",
     )
     affinity_hosts = LooseMultipleChoiceField(
@@ -532,9 +566,9 @@ class JobCreateForm(forms.ModelForm):
         current = cleaned.get("environments")
         current = current if isinstance(current, list) else []
         try:
-            text = upload.read().decode("utf-8-sig")
-        except UnicodeDecodeError:
-            self.add_error("env_file", "Env var import refused: the file is not UTF-8 text. Nothing was imported.")
+            text = read_env_file(upload)
+        except ValidationError as exc:
+            self.add_error("env_file", exc)
             return
         try:
             rows = v.parse_env_file(text, existing=len(current))

@@ -190,6 +190,68 @@ def test_env_file_import_appends_and_refuses_a_file_beyond_100_whole(demo, owner
     assert 'value="V0"' not in html and 'value="KEEP"' in html
 
 
+def test_env_file_import_refuses_a_file_bigger_than_100_env_vars_can_be(demo, owner_client):
+    """The import reads at most its cap (+1 byte): a bigger file is refused with a message naming
+    the field and the limit, and nothing changes; the biggest legitimate file still imports."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from jobs import validators as v
+    from jobs.forms import ENV_FILE_MAX_BYTES, ENV_FILE_NAME_ALLOWANCE
+
+    refused = f"Import env vars from a file: refused, the file is larger than {ENV_FILE_MAX_BYTES:,} bytes"
+    data = base_data(demo, step="training", action="import-env")
+    data |= {"environments-0-name": "KEEP", "environments-0-value": "1"}
+    # Two valid lines, then padding in a comment: only its size is wrong.
+    oversized = b"A=1\nB=2\n#" + b"x" * ENV_FILE_MAX_BYTES + b"\n"
+    response = owner_client.post("/jobs/create/", data | {"env_file": SimpleUploadedFile("big.env", oversized)}, **HX)
+    html = html_unescape(section(response, "training"))
+    assert refused in html and "Nothing was imported." in html
+    assert 'value="KEEP"' in html and 'value="A"' not in html and 'value="B"' not in html
+
+    # A plain submit with the same file: refused the same way, no job.
+    plain = base_data(demo) | {"env_file": SimpleUploadedFile("big.env", oversized)}
+    response = owner_client.post("/jobs/create/", plain)
+    assert response.status_code == 400
+    assert refused in html_unescape(response.content.decode())
+    assert not TrainingJob.objects.exists()
+
+    # 100 variables of the longest name the cap allows for and the longest value, in 4-byte characters.
+    biggest = "\ufeff" + "".join(
+        f"export {'N' * (ENV_FILE_NAME_ALLOWANCE - 3)}{i:03d}='{'😀' * v.ENV_VALUE_MAX}'\r\n" for i in range(100)
+    )
+    assert len(biggest.encode()) == ENV_FILE_MAX_BYTES
+    del data["environments-0-name"], data["environments-0-value"]
+    response = owner_client.post(
+        "/jobs/create/", data | {"env_file": SimpleUploadedFile("max.env", biggest.encode())}, **HX
+    )
+    html = section(response, "training")
+    assert "Nothing was imported" not in html and html.count("😀" * v.ENV_VALUE_MAX) == 100
+
+
+def test_env_file_read_stops_one_byte_past_the_cap():
+    """Even when the upload does not say its size, no more than the cap and one byte is read."""
+    import io
+
+    from django.core.exceptions import ValidationError
+
+    from jobs.forms import ENV_FILE_MAX_BYTES, read_env_file
+
+    class Upload(io.BytesIO):
+        size = None
+        read_bytes = 0
+
+        def read(self, size=-1):
+            data = super().read(size)
+            self.read_bytes += len(data)
+            return data
+
+    upload = Upload(b"A=1\n" * ENV_FILE_MAX_BYTES)
+    with pytest.raises(ValidationError, match=f"larger than {ENV_FILE_MAX_BYTES:,} bytes"):
+        read_env_file(upload)
+    assert upload.read_bytes == ENV_FILE_MAX_BYTES + 1
+    assert read_env_file(Upload("\ufeffA=é\n".encode())) == "A=é\n"
+
+
 def test_review_shows_the_configuration_and_a_body_the_api_accepts(demo, owner_client):
     from rest_framework.test import APIClient
 

@@ -10,6 +10,7 @@ field's messages. All validation is JobCreateForm -> TrainingJob.full_clean(), t
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.db import models as db_models
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
@@ -21,7 +22,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from jobs import validators as v
 from jobs import wizard
 from jobs.access import visible_jobs
-from jobs.forms import JobCreateForm, copy_initial
+from jobs.forms import JobCreateForm, copy_initial, read_env_file
 from jobs.models import PresetTemplate, TrainingJob
 from jobs.runtime import lifecycle
 from jobs.views.wizard_review import review_context
@@ -144,9 +145,9 @@ def _import_env(request: HttpRequest, data: QueryDict) -> list[str]:
     )
     current = current if isinstance(current, list) else []
     try:
-        text = upload.read().decode("utf-8-sig")
-    except UnicodeDecodeError:
-        return ["Env var import refused: the file is not UTF-8 text. Nothing was imported."]
+        text = read_env_file(upload)  # at most its cap: a bigger file is refused unread
+    except ValidationError as exc:
+        return list(exc.messages)
     try:
         rows = v.parse_env_file(text, existing=len(current))
     except Exception as exc:  # ValidationError: the messages say what and which line
