@@ -93,13 +93,20 @@ REDIS_URL = os.environ.get("REDIS_URL")
 EMBEDDED = not REDIS_URL
 
 if REDIS_URL:
+    # The Redis client's socket timeout bounds every read on the channel layer's connections,
+    # the reply to its blocking receive too: channels-redis waits for a consumer's next message
+    # with BZPOPMIN for RedisChannelLayer.brpop_timeout (5 s), then issues it again. With redis-py
+    # 8's default socket timeout, also 5 s (redis/_defaults.py), the nil reply of an idle receive
+    # raced the client's timer and a websocket quiet for 5-10 s died with 1011. It must stay above
+    # the blocking receive: console/asgi.py refuses to start otherwise (console.realtime).
+    CHANNELS_REDIS_SOCKET_TIMEOUT_S = float(os.environ.get("CONSOLE_CHANNELS_REDIS_SOCKET_TIMEOUT_S", "10"))
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
-                # redis-py's default 5 s socket timeout equals channels-redis's
-                # blocking receive: an idle websocket would die with 1011.
-                "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+                # A dict host is passed to redis-py as it is (channels_redis.utils.create_pool);
+                # options in REDIS_URL's query string win over it.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": CHANNELS_REDIS_SOCKET_TIMEOUT_S}],
                 "prefix": os.environ.get("CHANNELS_PREFIX", "console"),
                 # Log pushes come in bursts; a consumer that falls behind is
                 # back-filled from the persisted log, so drops are harmless.
@@ -134,6 +141,14 @@ JOB_DATA_ROOT = Path(os.environ.get("CONSOLE_JOB_DATA_ROOT", VAR_DIR / "job-data
 # obs://bucket/path/ maps to <OBJECT_STORAGE_ROOT>/bucket/path (one folder per bucket).
 OBJECT_STORAGE_ROOT = Path(os.environ.get("CONSOLE_OBJECT_STORAGE_ROOT", VAR_DIR / "object-storage"))
 LOG_ROOT = Path(os.environ.get("CONSOLE_LOG_ROOT", VAR_DIR / "logs"))
+# The trusted control channel (jobs/runtime/engine.py): one folder per container, bound at
+# /.console/run, written by the launcher (root in the container) and the console only. Like
+# JOB_DATA_ROOT, the same path on every Docker host.
+CONTROL_ROOT = Path(os.environ.get("CONSOLE_CONTROL_ROOT", VAR_DIR / "control"))
+# The console's own tools in every container (/.console/bin, read-only): a static busybox,
+# copied from STATIC_BUSYBOX on first use. The same path on every Docker host.
+RUNTIME_TOOLS_DIR = Path(os.environ.get("CONSOLE_RUNTIME_TOOLS_DIR", VAR_DIR / "runtime-tools"))
+STATIC_BUSYBOX = os.environ.get("CONSOLE_STATIC_BUSYBOX", "/bin/busybox")
 # Labels every container this console creates; tests add their own run label.
 CONTAINER_LABEL = "console.managed"
 CONTAINER_EXTRA_LABELS = dict(

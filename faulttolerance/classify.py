@@ -32,7 +32,10 @@ class EndFacts:
     lost: bool = False  # host unreachable or container vanished
     hung: bool = False  # ended by hang detection
     start_error: str = ""  # the container could not be created or started
-    log_tail: tuple[str, ...] = ()
+    # The launcher's own report (the control dir, never the log): the checks failed, and why.
+    env_check_failed: bool = False
+    env_check_detail: str = ""
+    log_tail: tuple[str, ...] = ()  # the job's output: chooses among classes, never decides a fact
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,8 @@ class Rule:
             return bool(facts.start_error), [facts.start_error] if facts.start_error else []
         if self.state == "oom":
             return facts.oom_killed, []
+        if self.state == "env_check":
+            return facts.env_check_failed, [facts.env_check_detail] if facts.env_check_detail else []
         if self.log_pattern is not None:
             lines = [line for line in facts.log_tail if self.log_pattern.search(line)]
             return bool(lines), lines[-5:]
@@ -73,12 +78,9 @@ RULES: tuple[Rule, ...] = (
     Rule("host-lost", NODE_FAILURE, "The Docker host became unreachable or the container vanished.", state="lost"),
     Rule("start-failed", USER_ERROR, "The container could not be started.", state="start_failed"),
     Rule("oom", RESOURCE_ERROR, "The container was killed for using more memory than its limit (OOM).", state="oom"),
-    Rule(
-        "env-check",
-        ENV_CHECK_FAILED,
-        "A pre-flight environment check failed on this host.",
-        log_pattern=re.compile(r"error,exiting"),
-    ),
+    # Only the launcher's report (it runs the checks as root with the console's own tools and
+    # writes where the job cannot): a job that prints "error,exiting" isolates nothing.
+    Rule("env-check", ENV_CHECK_FAILED, "A pre-flight environment check failed on this host.", state="env_check"),
     Rule(
         "collective-timeout",
         TRANSIENT,
@@ -128,7 +130,11 @@ class Classification:
 
 
 def classify(facts: EndFacts) -> Classification | None:
-    """Return the class of a failed end, or None when the instance succeeded."""
+    """Return the class of a failed end, or None when the instance succeeded.
+
+    The log rules come after every rule on a trusted fact, and name only classes a job may
+    claim for its own failure (transient, user_error): a log line never makes a host faulty.
+    """
     if facts.exit_code == 0 and not (facts.lost or facts.start_error or facts.hung):
         return None  # logged errors the job survived are not a failure
     for rule in RULES:

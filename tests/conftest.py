@@ -137,6 +137,12 @@ def _remove_test_containers(client) -> None:
             volume.remove(force=True)
         except docker.errors.APIError:
             pass
+    # And the multi-instance jobs' own networks (docker_hosts.ensure_job_network).
+    for network in client.networks.list(filters={"label": "=".join(TEST_LABEL)}):
+        try:
+            network.remove()
+        except docker.errors.APIError:
+            pass
 
 
 @pytest.fixture(scope="session")

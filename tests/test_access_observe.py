@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import serialization
 
 from jobs import validators as v
 from jobs.models import FileSystem, KeyPair, Phase, TaskRun, TrainingJob
-from jobs.runtime import cleanup, docker_hosts, lifecycle, ssh
+from jobs.runtime import cleanup, docker_hosts, engine, lifecycle, ssh
 from jobs.runtime.layout import job_data_dir, layout_environment, mounts_for, prepare_sources, runtime_layout
 from tests.conftest import BUSYBOX, submit_job, wait_for
 from tests.pytest_env import TMP
@@ -217,6 +217,8 @@ def test_every_instance_gets_the_same_trust_files_and_the_summary_dir(demo, work
         ], run.index
         attrs = docker_client.api.inspect_container(run.container_id)
         mounted = {(m["Destination"], m["RW"]) for m in attrs["Mounts"]}
+        assert mounted >= set(engine.CONSOLE_MOUNTS.items())  # the console's tools and control dir
+        mounted -= set(engine.CONSOLE_MOUNTS.items())
         assert mounted == {(e.container_path, e.mode == "rw") for e in preview if e.mounted}
         sources = {m["Destination"]: m["Source"] for m in attrs["Mounts"]}
         assert (sources[SSH_DIR], sources[v.DEFAULT_SUMMARY_PATH]) == (str(folder), str(summaries))

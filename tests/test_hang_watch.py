@@ -6,6 +6,7 @@ test_fault_tolerance.py.
 """
 
 from jobs.runtime import hang
+from jobs.runtime.engine import ExecResult
 
 
 class Clock:
@@ -68,13 +69,18 @@ def test_a_hang_is_reported_once_until_activity_resumes(monkeypatch):
     assert run(w, clock, 12)
 
 
-def test_nvidia_smi_sampler_parses_the_busiest_gpu_with_mock_gpu():
-    class Result:
-        exit_code = 0
-        output = b"3\n91\n0\n"
+def test_nvidia_smi_sampler_parses_the_busiest_gpu_with_mock_gpu(monkeypatch):
+    """No GPU here: nvidia-smi's answer is mocked (the exec around it is tested for real in
+    tests/test_trusted_control.py and by the hang tests that run)."""
+    calls = []
 
-    class FakeContainer:
-        def exec_run(self, cmd, user=None):
-            return Result()
+    def fake_exec(container, cmd, **kwargs):
+        calls.append((cmd, kwargs))
+        return ExecResult(0, b"3\n91\n0\n", b"")
 
-    assert hang.nvidia_smi_gpu(FakeContainer()) == 91.0
+    monkeypatch.setattr(hang, "exec_bounded", fake_exec)
+    assert hang.nvidia_smi_gpu(object()) == 91.0
+    ((cmd, kwargs),) = calls
+    assert cmd[0] == "nvidia-smi" and kwargs["user"] == "1000:1000" and kwargs["timeout_s"] <= 10
+    monkeypatch.setattr(hang, "exec_bounded", lambda *a, **k: ExecResult(0, b"N/A\n\xff garbage", b""))
+    assert hang.nvidia_smi_gpu(object()) is None

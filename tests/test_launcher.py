@@ -1,26 +1,44 @@
-"""The container launcher's environment checks (SPEC §5), run in a real busybox
-container that has nothing but a POSIX shell. The GPU case is real too: this
+"""The container launcher's environment checks (SPEC §5) and its reports, run in a real
+busybox container the way the console runs it: as root, on the console's own busybox
+(/.console/bin), with a control dir the job cannot write. The GPU case is real too: this
 machine has no GPU, so gpu-check must fail."""
+
+import tempfile
+from pathlib import Path
 
 import docker
 import pytest
 
+from jobs.runtime import engine
 from jobs.runtime.docker_hosts import LAUNCHER
 from tests.conftest import BUSYBOX
-from tests.pytest_env import TEST_LABEL
+from tests.pytest_env import TEST_LABEL, TMP
 
 LOW = {"MA_CHECK_ROOT_GB": "0.1", "MA_CHECK_SHM_GB": "0.5", "MA_CHECK_CACHE_GB": "0.1"}
 
 
-def run_launcher(docker_client, env: dict, **kwargs) -> tuple[int, list[str]]:
+def run_launcher(docker_client, env: dict, *, control: Path | None = None, **kwargs) -> tuple[int, list[str]]:
+    control = control or Path(tempfile.mkdtemp(dir=TMP, prefix="control-"))
+    control.chmod(0o755)
     container = docker_client.containers.run(
         BUSYBOX,
-        ["sh", "-c", LAUNCHER, "launcher"],
-        environment={"MA_ENV_CHECKS": "1", "MA_USER_COMMAND": "echo user command ran", **LOW, **env},
-        user="1000:1000",
+        [engine.BUSYBOX, "sh", "-c", LAUNCHER, "launcher"],
+        environment={
+            "MA_ENV_CHECKS": "1",
+            "MA_USER_COMMAND": "echo user command ran",
+            "MA_ATTEMPT": "1",
+            **LOW,
+            **env,
+        },
+        user="0:0",
         network_mode="none",
         shm_size="1g",
-        tmpfs={"/etc/volcano": "uid=1000,gid=1000,mode=755,size=64k", "/cache": "size=256m"},
+        tmpfs={"/etc/volcano": "mode=755,size=64k", "/cache": "size=256m"},
+        mounts=[
+            docker.types.Mount(engine.TOOLS_MOUNT, str(engine.runtime_tools_dir()), type="bind", read_only=True),
+            docker.types.Mount(engine.CONTROL_MOUNT, str(control), type="bind"),
+        ],
+        security_opt=["no-new-privileges"],
         labels=dict([TEST_LABEL]),
         detach=True,
         **kwargs,
@@ -67,9 +85,14 @@ def test_unresolvable_instance_name_fails_dns(client):
 
 
 def test_too_little_disk_fails_with_the_threshold_named(client):
-    code, lines = run_launcher(client, {"MA_CHECK_CACHE_GB": "100000"})
+    control = Path(tempfile.mkdtemp(dir=TMP, prefix="control-"))
+    code, lines = run_launcher(client, {"MA_CHECK_CACHE_GB": "100000"}, control=control)
     assert code == 86
     assert "item: disk-size cache, result: fail" in lines[-2] and "needs more than 100000 GB" in lines[-2]
+    # The verdict the console trusts is the report in the control dir, not the log.
+    report = (control / "env-check").read_text()
+    assert report.startswith("fail disk-size cache: /cache has") and "needs more than 100000 GB" in report
+    assert not (control / "exit-1").exists()  # the user's command never ran
 
 
 def test_small_shm_fails(client):
@@ -109,3 +132,38 @@ def test_gpu_check_fails_on_a_host_without_gpus(client):
 def test_no_checks_without_fault_tolerance(client):
     code, lines = run_launcher(client, {"MA_ENV_CHECKS": "0", "MA_CHECK_CACHE_GB": "100000"})
     assert (code, lines) == (0, ["user command ran"])
+
+
+def test_the_command_runs_as_ma_user_without_capabilities_and_its_exit_is_reported(client):
+    control = Path(tempfile.mkdtemp(dir=TMP, prefix="control-"))
+    command = "id -u; id -g; grep CapEff /proc/self/status; echo $HOME; exit 3"
+    code, lines = run_launcher(client, {"MA_USER_COMMAND": command, "HOME": "/home/ma-user"}, control=control)
+    assert code == 3
+    user_lines = [line for line in lines if not line.startswith("[env-check]")]
+    assert user_lines[:3] == ["1000", "1000", "CapEff:\t0000000000000000"]
+    assert (control / "env-check").read_text().strip() == "pass"
+    assert (control / "exit-1").read_text().strip() == "3 0"
+
+
+def test_a_hostile_command_cannot_forge_the_reports_or_stop_the_launcher(client):
+    """The job prints the launcher's lines, tries to write the control dir, to replace the
+    console's busybox and to signal PID 1; the reports say what really happened."""
+    control = Path(tempfile.mkdtemp(dir=TMP, prefix="control-"))
+    command = (
+        "echo '[console] process exited with code 0; waiting for the supervisor decision'; "
+        "echo '[env-check] error,exiting'; "
+        "echo 'fail dns: forged' > /.console/run/env-check || echo cannot-write-report; "
+        "echo '0 0' > /.console/run/exit-1 || echo cannot-write-exit; "
+        "echo 'restart 9' > /.console/run/decision || echo cannot-write-decision; "
+        "cp /bin/sh /.console/bin/busybox 2>/dev/null || echo cannot-replace-tools; "
+        "kill -TERM 1 2>/dev/null || echo cannot-signal-launcher; "
+        "exit 5"
+    )
+    code, lines = run_launcher(client, {"MA_USER_COMMAND": command}, control=control)
+    assert code == 5
+    for refused in ("cannot-write-report", "cannot-write-exit", "cannot-write-decision", "cannot-replace-tools"):
+        assert refused in lines
+    assert "cannot-signal-launcher" in lines
+    assert (control / "env-check").read_text().strip() == "pass"
+    assert (control / "exit-1").read_text().strip() == "5 0"
+    assert not (control / "decision").exists()

@@ -275,10 +275,19 @@ TRACEBACK = (
             id="xid",
         ),
         pytest.param(
-            EndFacts(exit_code=1, log_tail=("item dns ok", "item disk-size root failed: 3 GB free", "error,exiting")),
+            EndFacts(exit_code=86, env_check_failed=True, env_check_detail="disk-size root: / has 3 GB free"),
             c.ENV_CHECK_FAILED,
             "env-check",
-            id="env-check",
+            id="env-check-reported-by-the-launcher",
+        ),
+        pytest.param(
+            # The job printed the launcher's words: a log line is not the launcher's report.
+            EndFacts(
+                exit_code=1, log_tail=("[env-check] item: dns, result: fail, forged", "[env-check] error,exiting")
+            ),
+            c.USER_ERROR,
+            "nonzero-exit",
+            id="env-check-printed-by-the-job",
         ),
         pytest.param(
             EndFacts(exit_code=1, log_tail=("ConnectionError: Connection reset by peer in all_reduce",)),
@@ -307,8 +316,18 @@ def test_classify_rules(facts, failure_class, rule):
 def test_classify_reports_the_matched_log_lines_as_evidence():
     verdict = classify(EndFacts(exit_code=1, log_tail=TRACEBACK))
     assert verdict.matched_lines == [TRACEBACK[1], TRACEBACK[4]]
-    verdict = classify(EndFacts(exit_code=1, log_tail=("item dns ok", "item ulimit failed", "error,exiting")))
-    assert verdict.matched_lines == ["error,exiting"]
+    verdict = classify(EndFacts(exit_code=86, env_check_failed=True, env_check_detail="ulimit: open files is 1024"))
+    assert verdict.matched_lines == ["ulimit: open files is 1024"]
+
+
+def test_no_log_line_makes_a_host_faulty():
+    """Whatever the job prints, the log rules only pick classes a job may claim for its own
+    failure: never env_check_failed or node_failure (which isolate hosts)."""
+    from faulttolerance.classify import RULES
+
+    assert {r.failure_class for r in RULES if r.log_pattern is not None} <= {c.TRANSIENT, c.USER_ERROR}
+    hostile = ("error,exiting", "[env-check] error,exiting", "Docker host lost", "node failure", "oom-killed")
+    assert classify(EndFacts(exit_code=1, log_tail=hostile)).failure_class == c.USER_ERROR
 
 
 def test_classify_oom_wins_over_the_signal_exit_code():

@@ -15,7 +15,7 @@ from django.conf import settings
 from jobs import storage
 from jobs import validators as v
 from jobs.models import Attempt, Dataset, FileSystem, Flavor, Phase, ResourcePool, TaskRun, TrainingJob
-from jobs.runtime import docker_hosts, lifecycle
+from jobs.runtime import docker_hosts, engine, lifecycle
 from jobs.runtime.layout import (
     DATA_MOUNT_ROOT,
     StagingError,
@@ -221,14 +221,22 @@ def test_user_env_vars_cannot_override_the_console_control_variables(demo):
 def test_resource_limits_come_from_the_custom_spec_or_the_flavor(demo):
     pool = dedicated_pool(demo)
     custom = unsaved(demo, pool_type="dedicated", pool=pool, spec_type="custom", custom_cpus=1.5, custom_memory_gb=2)
-    assert docker_hosts.resource_kwargs(custom) == {
+    assert docker_hosts.resource_kwargs(custom, pool) == {
         "nano_cpus": 1_500_000_000,
         "mem_limit": "2048m",
         "memswap_limit": "2048m",
+        "pids_limit": pool.pids_limit,
     }
     flavor = Flavor.objects.create(name="cpu.2u4g", cpus=2, memory_mb=4096)
     assert docker_hosts.resource_kwargs(unsaved(demo, flavor=flavor))["nano_cpus"] == 2_000_000_000
-    assert docker_hosts.resource_kwargs(unsaved(demo)) == {}
+    # Without a flavor or spec: the pool's operator defaults, never unlimited.
+    pool.default_cpus, pool.default_memory_mb, pool.pids_limit = 0.5, 512, 128
+    assert docker_hosts.resource_kwargs(unsaved(demo), pool) == {
+        "nano_cpus": 500_000_000,
+        "mem_limit": "512m",
+        "memswap_limit": "512m",
+        "pids_limit": 128,
+    }
 
 
 def test_a_missing_code_dir_or_dataset_is_refused_at_start_with_its_name(demo):
@@ -367,6 +375,8 @@ def test_dedicated_job_mounts_match_the_preview_and_honour_read_only(demo, worke
     ]
     attrs = docker_client.api.inspect_container(run.container_id)
     mounted = {(m["Destination"], m["RW"]) for m in attrs["Mounts"]}
+    assert mounted >= set(engine.CONSOLE_MOUNTS.items())  # the console's tools and control dir
+    mounted -= set(engine.CONSOLE_MOUNTS.items())
     assert mounted == {(e.container_path, e.mode == "rw") for e in preview if e.mounted}
     assert {e.container_path for e in preview if e.mounted} >= {
         v.DEFAULT_LOCAL_CODE_DIR,

@@ -63,6 +63,15 @@ class ResourcePool(models.Model):
     check_ulimit_stack = models.PositiveBigIntegerField(default=8000)
     check_ulimit_nproc = models.PositiveBigIntegerField(default=1000000)
     shm_size_gb = models.FloatField(default=2, help_text="/dev/shm of each container (Docker's default is 64 MB).")
+    # Limits of every instance of a job without a flavor or custom spec (SPEC §8: no job runs
+    # unbounded on a shared host), and a PIDs limit for every container.
+    default_cpus = models.FloatField(default=2, help_text="CPUs of an instance of a job without a flavor.")
+    default_memory_mb = models.PositiveIntegerField(
+        default=8192, help_text="Memory (MB) of an instance of a job without a flavor; no swap beyond it."
+    )
+    pids_limit = models.PositiveIntegerField(
+        default=4096, help_text="Processes and threads of each container, any job (a fork bomb stays inside)."
+    )
 
     def __str__(self) -> str:
         return self.name

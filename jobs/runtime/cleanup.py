@@ -1,5 +1,5 @@
 """What an ended job leaves on its hosts, removed once nothing of it runs any more:
-the per-instance /cache volumes, the NFS mount volumes (both found by their labels,
+the job's network, the per-instance /cache volumes, the NFS mount volumes (all found by their labels,
 jobs/runtime/layout.py::volume_labels), the code copies bound at MA_JOB_DIR and the
 SSH dir (jobs/runtime/ssh.py: the job's private key must not outlive it).
 
@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from jobs.models import RETAINED_PHASES, Attempt, DockerHost, TaskRun, TrainingJob
 
-from . import docker_hosts, ssh
+from . import docker_hosts, engine, ssh
 from .layout import LOCAL_CODE_STAGING
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ def release_job_resources(job_id) -> bool:
     if done:
         shutil.rmtree(_code_copies(job), ignore_errors=True)
         shutil.rmtree(ssh.ssh_dir_path(job), ignore_errors=True)
+        engine.remove_control_dirs(job.id)
         TrainingJob.objects.filter(id=job.id, resources_released_at__isnull=True).update(
             resources_released_at=timezone.now()
         )
@@ -58,6 +59,8 @@ def _release_on_host(job: TrainingJob, host: DockerHost) -> bool:
             return False  # still being drained or removed; volumes in use cannot go
         for volume in client.volumes.list(filters={"label": label}):
             volume.remove(force=True)
+        for network in client.networks.list(filters={"label": label}):  # the job's own network
+            network.remove()
     except (docker.errors.DockerException, OSError) as exc:
         log.info("resources of %s on %s stay for now: %s", job.id, host.name, exc)
         return False

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import io
-import tarfile
 import threading
 from pathlib import Path
 
@@ -12,7 +10,7 @@ from django.conf import settings
 
 from jobs.models import Attempt, DockerHost, ResourcePool, TaskRun, TrainingJob
 
-from . import layout
+from . import engine, layout
 from .layout import (  # noqa: F401 - part of this API
     CACHE_MOUNT,
     JOB_DATA_MOUNT,
@@ -21,7 +19,8 @@ from .layout import (  # noqa: F401 - part of this API
     job_data_dir,
 )
 
-MA_USER = "1000:1000"
+MA_USER = engine.MA_USER
+# Each multi-instance job has a network of its own: the port is the job's, not the host's.
 MASTER_PORT = 29500
 
 _local = threading.local()
@@ -58,7 +57,7 @@ def container_labels(job: TrainingJob, attempt: Attempt, task_run: TaskRun) -> d
 LAUNCHER = "\n".join(
     line for line in (Path(__file__).with_name("launcher.sh")).read_text().splitlines() if not line.startswith("#")
 )
-CONTROL_DIR = "/tmp/.console"
+CONTROL_DIR = engine.CONTROL_MOUNT
 
 
 def pool_of(host: DockerHost) -> ResourcePool:
@@ -66,11 +65,31 @@ def pool_of(host: DockerHost) -> ResourcePool:
 
 
 # Set in every container unless the job sets them itself (a default, not a control variable).
-DEFAULT_ENVIRONMENT = {"PYTHONUNBUFFERED": "1"}  # live logs from Python jobs
+# PYTHONUNBUFFERED: live logs from Python jobs. HOME: the launcher runs as root, the
+# command as ma-user, whose home it is.
+DEFAULT_ENVIRONMENT = {"PYTHONUNBUFFERED": "1", "HOME": "/home/ma-user"}
+
+
+def job_network(job: TrainingJob) -> str:
+    """The job's own Docker network (multi-instance jobs), on each host it runs on."""
+    return f"console-job-{job.id.hex}"
+
+
+def peer_hostnames(job: TrainingJob, task_run: TaskRun, hosts: list[DockerHost] | None) -> list[str]:
+    """The instance names this instance can reach: those on its own host, which share the
+    job's network there. Instances on other hosts share no network with it (a per-host
+    bridge; docs/decisions.md), so the dns check does not ask for them."""
+    if hosts is None or job.node_count == 1:
+        return [instance_hostname(job, i) for i in range(job.node_count)]
+    return [instance_hostname(job, i) for i, h in enumerate(hosts) if h.id == task_run.host_id]
 
 
 def container_environment(
-    job: TrainingJob, attempt: Attempt, task_run: TaskRun, runtime: list[LayoutEntry] | None = None
+    job: TrainingJob,
+    attempt: Attempt,
+    task_run: TaskRun,
+    runtime: list[LayoutEntry] | None = None,
+    hosts: list[DockerHost] | None = None,
 ) -> dict[str, str]:
     """The container's env: defaults, then the job's own env vars, then the console's.
 
@@ -100,7 +119,7 @@ def container_environment(
         "MA_CHECKPOINT_DIR": JOB_DATA_MOUNT,
         "MA_CONTROL_DIR": CONTROL_DIR,
         # The launcher writes these into /etc/volcano/<job>.host for the dns check.
-        "MA_VOLCANO_HOSTS": " ".join(instance_hostname(job, i) for i in range(job.node_count)),
+        "MA_VOLCANO_HOSTS": " ".join(peer_hostnames(job, task_run, hosts)),
         # SPEC §4/§5: with R = 0 nothing is restarted and no environment check runs.
         "MA_PROCESS_RESTART": "1" if fault_tolerant else "0",
         "MA_ENV_CHECKS": "1" if fault_tolerant else "0",
@@ -122,12 +141,13 @@ def container_environment(
     return {**DEFAULT_ENVIRONMENT, **job.environment_dict(), **control}
 
 
-def resource_kwargs(job: TrainingJob) -> dict:
-    """CPU, memory and GPU limits of each instance: the custom spec or the flavor; none without either."""
-    spec = job.resource_limits()
-    if not spec:
-        return {}
-    limits: dict = {}
+def resource_kwargs(job: TrainingJob, pool: ResourcePool | None = None) -> dict:
+    """CPU, memory, PIDs and GPU limits of each instance: the custom spec or the flavor; without
+    either, the pool's defaults for jobs without a flavor (an operator setting). The PIDs limit
+    always applies: a fork bomb stays inside its container."""
+    pool = pool or ResourcePool(name="default")
+    limits: dict = {"pids_limit": pool.pids_limit}
+    spec = job.resource_limits() or {"cpus": pool.default_cpus, "memory_mb": pool.default_memory_mb, "gpus": 0}
     if spec["cpus"]:
         limits["nano_cpus"] = int(spec["cpus"] * 1e9)
     if spec["memory_mb"]:
@@ -146,54 +166,78 @@ def container_create_kwargs(job: TrainingJob, attempt: Attempt, task_run: TaskRu
     flavor = job.flavor
     shm_gb = flavor.shm_size_gb if flavor and flavor.shm_size_gb else pool.shm_size_gb
     runtime = layout.prepare_sources(job, attempt, task_run)
+    control = engine.make_control_dir(job.id, task_run.container_name)
     return {
-        **resource_kwargs(job),
+        **resource_kwargs(job, pool),
         "image": job.image,
-        "command": ["sh", "-c", LAUNCHER, "launcher"],
+        # PID 1 is the console's launcher on the console's own busybox, as root: it runs the
+        # environment checks and reports exits where the job cannot write (engine.py), and
+        # runs the user's command as ma-user.
+        "command": [engine.BUSYBOX, "sh", "-c", LAUNCHER, "launcher"],
+        "entrypoint": [],
         "name": task_run.container_name,
-        # Docker refuses a hostname with host networking; the names resolve through extra_hosts.
-        "hostname": None if multi else instance_hostname(job, task_run.index),
+        "hostname": instance_hostname(job, task_run.index),
         "labels": container_labels(job, attempt, task_run),
-        "environment": container_environment(job, attempt, task_run, runtime),
-        "user": MA_USER,
-        # Never a bridge to private addresses: isolated, or the hosts' own
-        # network for the ranks of a multi-instance job.
-        "network_mode": "host" if multi else "none",
-        "extra_hosts": {instance_hostname(job, i): h.address for i, h in enumerate(hosts)},
+        "environment": container_environment(job, attempt, task_run, runtime, hosts),
+        "user": engine.ROOT_USER,
+        # No route anywhere: one instance has no network; the instances of a multi-instance job
+        # share an internal network of their own on each host (no address of the host on it,
+        # so nothing of the host answers), never the host's network (SPEC §8).
+        "network": job_network(job) if multi else "none",
+        # Without a network, Docker writes no line for the container's own name: its loopback.
+        "extra_hosts": {} if multi else {instance_hostname(job, task_run.index): "127.0.0.1"},
         "shm_size": f"{int(shm_gb * 1024)}m",
         # The job data dir, /cache, the local code dir, datasets, artifacts, mounts, the summary
-        # and SSH dirs: the same list the create wizard previews (layout.runtime_layout).
-        "mounts": layout.mounts_for(job, attempt, task_run, runtime),
-        # Writable by ma-user, so the launcher can write the host file (no put_archive round trip).
-        "tmpfs": {"/etc/volcano": "uid=1000,gid=1000,mode=755,size=64k"},
+        # and SSH dirs: the same list the create wizard previews (layout.runtime_layout); then
+        # the console's tools (read-only) and the container's control dir.
+        "mounts": [
+            *layout.mounts_for(job, attempt, task_run, runtime),
+            docker.types.Mount(engine.TOOLS_MOUNT, str(engine.runtime_tools_dir()), type="bind", read_only=True),
+            docker.types.Mount(engine.CONTROL_MOUNT, str(control), type="bind"),
+        ],
+        # Root's: the launcher writes the instance host names there; the job only reads them.
+        "tmpfs": {"/etc/volcano": "mode=755,size=64k"},
         "security_opt": ["no-new-privileges"],
+        # The local driver keeps every byte the job prints (json-file replaces invalid UTF-8)
+        # and bounds what a host keeps: the console persists the log as it comes.
+        "log_config": docker.types.LogConfig(
+            type="local", config={"max-size": "64m", "max-file": "4", "compress": "false"}
+        ),
         "detach": True,
     }
 
 
-def _owned_dir_tar(name: str) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        entry = tarfile.TarInfo(name)
-        entry.type, entry.mode, entry.uid, entry.gid = tarfile.DIRTYPE, 0o755, layout.MA_UID, layout.MA_GID
-        tar.addfile(entry)
-    return buf.getvalue()
-
-
-# /cache as a directory of ma-user, extracted at / over the volume's root.
-_CACHE_OWNED_BY_MA_USER = _owned_dir_tar(CACHE_MOUNT.strip("/"))
+def ensure_job_network(client: docker.DockerClient, job: TrainingJob) -> str:
+    """Create the job's network on this host unless it is there: internal (no route out) and
+    without an address of the host on its bridge (inhibit_ipv4), so that neither the host's
+    loopback nor any of its addresses is reachable; labelled for its removal with the job."""
+    name = job_network(job)
+    try:
+        client.networks.get(name)
+    except docker.errors.NotFound:
+        try:
+            client.networks.create(
+                name,
+                driver="bridge",
+                internal=True,
+                options={"com.docker.network.bridge.inhibit_ipv4": "true"},
+                labels=layout.volume_labels(job, "network"),
+                check_duplicate=True,
+            )
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # another start created it meanwhile
+                raise
+    return name
 
 
 def create_container(
     client: docker.DockerClient, job: TrainingJob, attempt: Attempt, task_run: TaskRun, hosts: list[DockerHost]
 ) -> docker.models.containers.Container:
-    """Create (not start) this instance's container, with its /cache writable by ma-user.
-
-    A fresh named volume's root is root's (0755) and the job, uid 1000 with
-    no-new-privileges, cannot change that. Docker mounts a created container's volumes
-    for an archive upload, so extracting a directory entry owned by 1000 at /cache hands
-    the volume's root to ma-user before the first start: one API call, no helper container.
-    """
-    container = client.containers.create(**container_create_kwargs(job, attempt, task_run, hosts))
-    container.put_archive("/", _CACHE_OWNED_BY_MA_USER)
-    return container
+    """Create (not start) this instance's container; on its network, the other instances
+    know it by its instance host name."""
+    kwargs = container_create_kwargs(job, attempt, task_run, hosts)
+    if kwargs["network"] != "none":
+        ensure_job_network(client, job)
+        alias = instance_hostname(job, task_run.index)
+        kwargs["networking_config"] = {kwargs["network"]: client.api.create_endpoint_config(aliases=[alias])}
+    return client.containers.create(**kwargs)

@@ -14,13 +14,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-# cgroup v1 cpuacct (ns) or cgroup v2 cpu.stat (usage_usec).
+from .engine import BUSYBOX, MA_USER, exec_bounded
+
+# cgroup v1 cpuacct (ns) or cgroup v2 cpu.stat (usage_usec), with the console's own busybox.
 CPU_USAGE_CMD = [
+    BUSYBOX,
     "sh",
     "-c",
-    "cat /sys/fs/cgroup/cpuacct/cpuacct.usage 2>/dev/null"
-    " || awk '/^usage_usec/ { print $2 * 1000 }' /sys/fs/cgroup/cpu.stat",
+    f"{BUSYBOX} cat /sys/fs/cgroup/cpuacct/cpuacct.usage 2>/dev/null"
+    f" || {BUSYBOX} awk '/^usage_usec/ {{ print $2 * 1000 }}' /sys/fs/cgroup/cpu.stat",
 ]
+SAMPLE_TIMEOUT_S = 5
+STACKS_TIMEOUT_S = 30
+STACKS_MAX_BYTES = 256 * 1024
 SAMPLE_EVERY_S = 2.0
 IDLE_CPU_FRACTION = 0.02  # below 2% of one core counts as idle
 
@@ -33,22 +39,28 @@ def no_gpu(container) -> float | None:
 
 
 def nvidia_smi_gpu(container) -> float | None:
-    """GPU flavors: the busiest GPU's utilisation, from nvidia-smi inside the container."""
-    result = container.exec_run(
-        ["sh", "-c", "nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits"], user="1000:1000"
+    """GPU flavors: the busiest GPU's utilisation, from nvidia-smi inside the container (the
+    image's: the engine gives no GPU use). Bounded in time and output; only makes the job look
+    busy, never ends anything."""
+    result = exec_bounded(
+        container,
+        ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+        user=MA_USER,
+        timeout_s=SAMPLE_TIMEOUT_S,
+        max_bytes=4096,
     )
     if result.exit_code != 0:
         return None
-    values = [float(v) for v in result.output.decode().split() if v.replace(".", "", 1).isdigit()]
+    values = [float(v) for v in result.stdout.decode(errors="replace").split() if v.replace(".", "", 1).isdigit()]
     return max(values) if values else None
 
 
 def cpu_usage_ns(container) -> int | None:
-    result = container.exec_run(CPU_USAGE_CMD, user="1000:1000")
+    result = exec_bounded(container, CPU_USAGE_CMD, user=MA_USER, timeout_s=SAMPLE_TIMEOUT_S, max_bytes=256)
     if result.exit_code != 0:
         return None
     try:
-        return int(float(result.output.decode().split()[0]))
+        return int(float(result.stdout.decode(errors="replace").split()[0]))
     except (ValueError, IndexError):
         return None
 
@@ -162,9 +174,14 @@ STACKS_CMD = [
 
 
 def capture_stacks(container) -> str:
-    """Where a hung Python process is stuck, before it is restarted."""
+    """Where a hung Python process is stuck, before it is restarted (bounded: 30 s, 256 KB)."""
     try:
-        result = container.exec_run(STACKS_CMD, user="1000:1000")
+        result = exec_bounded(
+            container, STACKS_CMD, user=MA_USER, timeout_s=STACKS_TIMEOUT_S, max_bytes=STACKS_MAX_BYTES
+        )
     except Exception as exc:  # the evidence is best effort; the restart must go on
         return f"could not capture stacks: {exc}"
-    return result.output.decode(errors="replace")[-20000:]
+    text = (result.stdout + result.stderr).decode(errors="replace")[-20000:]
+    if result.timed_out:
+        text += f"\n(py-spy did not finish within {STACKS_TIMEOUT_S} s)"
+    return text

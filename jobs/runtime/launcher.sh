@@ -1,52 +1,75 @@
-# The container's PID 1 (run as `sh -c "$LAUNCHER" launcher`): POSIX sh only,
-# so it works in any image that has /bin/sh.
+# The container's PID 1, run as root by the console's own static busybox:
+#   /.console/bin/busybox sh -c "$LAUNCHER" launcher
+# Nothing here runs a program of the job's image as root: every tool is an applet of
+# that busybox ($B), and the user's command runs as ma-user (uid 1000, no capabilities,
+# no-new-privileges), so it can neither signal this process nor write where it reports.
 #
-# 1. Pre-flight environment checks (SPEC §5) when MA_ENV_CHECKS=1: one `item`
-#    line per check; the first failure prints `error,exiting` and exits 86.
-# 2. Runs the user's command ($MA_USER_COMMAND) as a child. When it exits
-#    non-zero and process-level restarts are possible (MA_PROCESS_RESTART=1),
-#    prints a marker line and waits for the supervisor's decision, which it
-#    writes with `docker exec` into $MA_CONTROL_DIR/decision:
-#    "restart N" runs the command again in this same container as attempt N
-#    (process-level restart); anything else, or no answer in time, ends the
-#    container with the command's exit code.
-#    A decision can also come while the command still runs (another instance
-#    failed, or this one hangs): the supervisor then sends SIGUSR1 and the
-#    launcher ends the command (kill -KILL -1: every process but PID 1, so
-#    its daemons too) before running it again. Only the launcher kills: it
-#    knows which run is the old one, and it has no helper running then.
+# Trusted reports go to the control dir $RUN (/.console/run, a host folder the job can
+# read but not write; jobs/runtime/engine.py):
+#   env-check           "pass" or "fail <item>: <detail>" (SPEC §5 checks, when MA_ENV_CHECKS=1)
+#   exit-<attempt>      "<exit code> <1 if a process was OOM-killed, else 0>" when the user's
+#                       process of that attempt ended
+# Log lines ("[env-check] ...", "[console] ...") say the same for people; the console
+# never takes a fact from the log, which the job can print too.
+#
+# 1. Pre-flight environment checks when MA_ENV_CHECKS=1: one `item` line per check; the
+#    first failure is reported, prints `error,exiting` and exits 86.
+# 2. Runs the user's command as a child. When it exits non-zero and process-level
+#    restarts are possible (MA_PROCESS_RESTART=1), reports the exit and waits for the
+#    supervisor's decision, which the console writes into $RUN/decision: "restart N"
+#    runs the command again in this same container as attempt N (process-level
+#    restart); anything else, or no answer in time, ends the container with the
+#    command's exit code.
+#    A decision can also come while the command still runs (another instance failed,
+#    or this one hangs): the supervisor then sends SIGUSR1 and the launcher ends the
+#    command (kill -KILL -1: every process but PID 1, so its daemons too) before running
+#    it again. Only the launcher kills: it knows which run is the old one.
 # docker stop's SIGTERM is forwarded to the child; the container then ends.
+
+B=/.console/bin/busybox
+RUN=/.console/run
 
 say() { echo "[console] $*"; }
 item() { echo "[env-check] item: $1, result: $2${3:+, $3}"; }
-fail_check() { item "$1" fail "$2"; echo "[env-check] error,exiting"; exit 86; }
+# report NAME TEXT: written whole (write, then rename), so a reader never sees half of it.
+report() { echo "$2" >"$RUN/.$1.tmp" && $B mv -f "$RUN/.$1.tmp" "$RUN/$1"; }
+fail_check() {
+  item "$1" fail "$2"
+  report env-check "fail $1: $2"
+  echo "[env-check] error,exiting"
+  exit 86
+}
 
 # Free space or size of a mount point in KB (POSIX df -P: 1024-blocks; size is column 2, available 4).
-disk_kb() { df -Pk "$2" 2>/dev/null | awk -v col="$1" 'NR==2 { print $col }'; }
+disk_kb() { $B df -Pk "$2" 2>/dev/null | $B awk -v col="$1" 'NR==2 { print $col }'; }
 
 resolves() {
-  grep -qE "(^|[[:space:]])$1([[:space:]]|\$)" /etc/hosts 2>/dev/null && return 0
-  command -v getent >/dev/null 2>&1 && getent hosts "$1" >/dev/null 2>&1 && return 0
-  command -v nslookup >/dev/null 2>&1 && nslookup "$1" >/dev/null 2>&1 && return 0
+  $B grep -qE "(^|[[:space:]])$1([[:space:]]|\$)" /etc/hosts 2>/dev/null && return 0
+  $B nslookup "$1" >/dev/null 2>&1 && return 0
   return 1
 }
 
 check_dns() {
   names=""
   for f in /etc/volcano/*.host; do
-    [ -f "$f" ] && names="$names $(cat "$f")"
+    [ -f "$f" ] && names="$names $($B cat "$f")"
   done
+  # The other instances join the job's network as they start: a name gets a while to resolve.
+  deadline=$(($($B date +%s) + ${MA_CHECK_DNS_WAIT_S:-30}))
   for n in $names; do
-    resolves "$n" || fail_check dns "host name $n does not resolve"
+    until resolves "$n"; do
+      [ "$($B date +%s)" -lt "$deadline" ] || fail_check dns "host name $n does not resolve"
+      $B sleep 0.2
+    done
   done
-  item dns pass "$(echo $names | wc -w | tr -d ' ') host names resolve"
+  item dns pass "$(echo $names | $B wc -w | $B tr -d ' ') host names resolve"
 }
 
 check_disk() {  # name path minimum-GB measure(free|size)
   if [ "$4" = size ]; then kb=$(disk_kb 2 "$2"); else kb=$(disk_kb 4 "$2"); fi
   [ -n "$kb" ] || fail_check "disk-size $1" "$2 is not mounted"
-  got=$(awk -v kb="$kb" 'BEGIN { printf "%.1f", kb / 1048576 }')
-  awk -v kb="$kb" -v min="$3" 'BEGIN { exit !(kb > min * 1048576) }' ||
+  got=$($B awk -v kb="$kb" 'BEGIN { printf "%.1f", kb / 1048576 }')
+  $B awk -v kb="$kb" -v min="$3" 'BEGIN { exit !(kb > min * 1048576) }' ||
     fail_check "disk-size $1" "$2 has $got GB $4, needs more than $3 GB"
   item "disk-size $1" pass "$2 has $got GB $4 (> $3 GB)"
 }
@@ -63,15 +86,19 @@ check_ulimit() {
 }
 
 check_gpu() {
-  if ls /dev/nvidia[0-9]* >/dev/null 2>&1 || { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }; then
-    item gpu-check pass "$(ls /dev/nvidia[0-9]* 2>/dev/null | wc -l | tr -d ' ') GPU device(s) visible"
+  # Device nodes only: the engine puts them in /dev; the image's nvidia-smi is the job's program.
+  count=$($B ls /dev 2>/dev/null | $B grep -cE '^nvidia[0-9]+$')
+  if [ "${count:-0}" -gt 0 ]; then
+    item gpu-check pass "$count GPU device(s) visible"
   else
     fail_check gpu-check "no GPU is visible in the container"
   fi
 }
 
-# The instance host names of the job, for the dns check (and for the user).
-if [ -n "${MA_VOLCANO_HOSTS:-}" ] && [ -d /etc/volcano ] && [ -w /etc/volcano ]; then
+# What the job may write but not change: /cache is ma-user's (a fresh volume's root is
+# root's), /etc/volcano (root's tmpfs) holds the instance host names for the dns check.
+$B chown 1000:1000 /cache 2>/dev/null
+if [ -n "${MA_VOLCANO_HOSTS:-}" ] && [ -d /etc/volcano ]; then
   for n in $MA_VOLCANO_HOSTS; do echo "$n"; done >"/etc/volcano/${MA_JOB_NAME:-job}.host"
 fi
 
@@ -82,18 +109,16 @@ if [ "${MA_ENV_CHECKS:-0}" = 1 ]; then
   check_disk cache /cache "${MA_CHECK_CACHE_GB:-32}" free
   [ "${MA_CHECK_ULIMIT:-0}" = 1 ] && check_ulimit
   [ "${MA_CHECK_GPU:-0}" = 1 ] && check_gpu
+  report env-check pass
 fi
 
-# The kernel's count of OOM kills in this container's cgroup (v1 or v2): a
-# child killed for memory leaves the container alive, so Docker's OOMKilled
-# flag stays false; the launcher reports it instead.
+# The kernel's count of OOM kills in this container's cgroup (v1 or v2): a child killed
+# for memory leaves the container alive, so Docker's OOMKilled flag stays false.
 oom_kills() {
-  awk '/^oom_kill / { print $2; exit }' /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events \
+  $B awk '/^oom_kill / { print $2; exit }' /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events \
     2>/dev/null || echo 0
 }
 
-control=${MA_CONTROL_DIR:-/tmp/.console}
-mkdir -p "$control" 2>/dev/null
 stopping=0
 child=0
 trap 'stopping=1; [ "$child" -gt 0 ] && kill -TERM "$child" 2>/dev/null' TERM INT
@@ -101,40 +126,44 @@ trap ': a decision was written' USR1  # a handler, so that it interrupts wait
 run=0
 while :; do
   run=$((run + 1))
-  rm -f "$control/decision"
+  # A decision is removed before the run it started: never one that came before the first run
+  # (another instance failed while this one ran its checks): that one ends run 1 at once.
+  [ "$run" -gt 1 ] && $B rm -f "$RUN/decision"
   # The supervisor's follower starts the new run's log at this line (it names the attempt).
   [ "$run" -gt 1 ] && say "process restarted in the same container (run $run, attempt $MA_ATTEMPT)"
   export MA_PROCESS_RUN=$run
   ooms_before=$(oom_kills)
-  sh -c "$MA_USER_COMMAND" &
+  # As ma-user, with no supplementary groups; `sh` is the image's own shell.
+  $B nsenter -F -S 1000 -G 1000 sh -c "$MA_USER_COMMAND" &
   child=$!
-  echo "$child" >"$control/child.pid"
   # wait returns early when a trapped signal arrives: wait until the child is gone.
   while :; do
     # A decision while the command runs ends it (checked before every wait: the
     # signal may have come before this one started). The decision is removed only
     # before a new run starts, so this never ends a run started for it.
-    [ -f "$control/decision" ] && kill -KILL -1 2>/dev/null
+    [ -f "$RUN/decision" ] && kill -KILL -1 2>/dev/null
     wait "$child"
     code=$?
     kill -0 "$child" 2>/dev/null || break
   done
   child=0
+  oom=0
+  [ "$(oom_kills)" != "$ooms_before" ] && oom=1
+  report "exit-$MA_ATTEMPT" "$code $oom"
   if [ "$code" -eq 0 ] || [ "$stopping" = 1 ] || [ "${MA_PROCESS_RESTART:-0}" != 1 ]; then
     exit "$code"
   fi
-  oom=""
-  [ "$(oom_kills)" != "$ooms_before" ] && oom=" (oom-killed)"
-  say "process exited with code $code$oom; waiting for the supervisor's decision"
+  [ "$oom" = 1 ] && oomtext=" (oom-killed)" || oomtext=""
+  say "process exited with code $code$oomtext; waiting for the supervisor's decision"
   waited=0
   decision=""
   while [ "$waited" -lt "${MA_DECISION_TIMEOUT_TICKS:-600}" ]; do
-    if [ -f "$control/decision" ]; then
-      decision=$(cat "$control/decision")
+    if [ -f "$RUN/decision" ]; then
+      decision=$($B cat "$RUN/decision")
       break
     fi
     [ "$stopping" = 1 ] && break
-    sleep 0.05
+    $B sleep 0.05
     waited=$((waited + 1))
   done
   case "$decision" in

@@ -9,9 +9,9 @@ in supervise.py.
 from __future__ import annotations
 
 import logging
+import time
 
 import docker
-import requests
 from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
@@ -23,13 +23,14 @@ from faulttolerance.models import RecoveryRecord
 from jobs import events, listing
 from jobs.models import FINAL_PHASES, RETAINED_PHASES, Attempt, DockerHost, EventKind, Phase, TaskRun, TrainingJob
 
-from . import docker_hosts, placement, preemption
+from . import docker_hosts, engine, placement, preemption
+from .engine import HOST_ERRORS
 from .logs import docker_time
 
 log = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S = 5
-HOST_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
+CREATE_RACE_TRIES = 100  # x 50 ms: a concurrent create of the same container takes well under 5 s
 
 
 def announce(job_id) -> None:
@@ -187,13 +188,34 @@ def kick_queue(job: TrainingJob) -> None:
 
 # -- starting ------------------------------------------------------------------
 def _create_and_start(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hosts: list[DockerHost]):
+    """Create and start the instance's container, or take the one a start of this same
+    attempt already made (a retried or concurrent start): one container per task run,
+    and a name already in use (409) is that container, not a failed start."""
     client = docker_hosts.client_for(task_run.host)
-    try:
-        container = client.containers.get(task_run.container_name)
-    except docker.errors.NotFound:
-        container = docker_hosts.create_container(client, job, attempt, task_run, hosts)
+    container = None
+    for _ in range(CREATE_RACE_TRIES):
+        try:
+            container = client.containers.get(task_run.container_name)
+            break
+        except docker.errors.NotFound:
+            pass
+        try:
+            container = docker_hosts.create_container(client, job, attempt, task_run, hosts)
+            break
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:
+                raise
+            # The name is taken by a create still in flight (Docker reserves the name before
+            # the container can be inspected): look again in a moment.
+            time.sleep(0.05)
+    if container is None:
+        raise docker.errors.APIError(f"container {task_run.container_name} is being created by another start")
     if container.status == "created":
-        container.start()
+        try:
+            container.start()
+        except docker.errors.APIError as exc:
+            if exc.status_code not in (304, 409):  # started by the concurrent start meanwhile
+                raise
         container.reload()
     return container
 
@@ -203,17 +225,10 @@ def _restart_process(task_run: TaskRun, attempt: Attempt) -> None:
     container = docker_hosts.client_for(task_run.host).containers.get(task_run.container_id)
     if container.status != "running":
         raise docker.errors.NotFound(f"container {task_run.container_name} is {container.status}")
-    # Only the decision is written here, whole (a rename: a launcher reading a half-written
-    # file would end the container instead). Ending the old run is the launcher's: a
-    # `kill -KILL -1` from here hits whatever runs at that instant, which may already be
-    # the run the launcher started for this decision, or its helper reading the decision.
-    decision = f"{docker_hosts.CONTROL_DIR}/decision"
-    result = container.exec_run(
-        ["sh", "-c", f"echo restart {attempt.number} > {decision}.new && mv -f {decision}.new {decision}"],
-        user=docker_hosts.MA_USER,
-    )
-    if result.exit_code != 0:
-        raise docker.errors.APIError(f"exec in {task_run.container_name} failed: {result.output!r}")
+    # Only the decision is written here, whole (engine.write_control_file renames it into the
+    # container's control dir, which the job cannot write). Ending the old run is the
+    # launcher's: it knows which run is the old one.
+    engine.write_control_file(attempt.job_id, task_run.container_name, "decision", f"restart {attempt.number}\n")
     # From the engine, not from an exec: no process of ours is in the container when the
     # launcher's kill -1 runs. (PID 1 ignores a signal it has no handler for.)
     try:

@@ -121,14 +121,16 @@ class _Reader(threading.Thread):
             self.out.put(None)
 
 
-# The launcher's line when the user's process ended and it waits for a decision.
-PROCESS_EXIT_RE = re.compile(r"^\[console\] process exited with code (\d+)( \(oom-killed\))?;")
+# The launcher's line when the user's process ended and it waits for a decision: only a hint
+# to read the launcher's report (reports.py), since the job can print the same line. Searched
+# anywhere in the line: a job that ends without a newline has the marker glued to its text.
+PROCESS_EXIT_RE = re.compile(r"\[console\] process exited with code (\d+)( \(oom-killed\))?;")
 # The launcher's first line of a process-level restart, naming the attempt it runs.
 PROCESS_RESTART_RE = re.compile(r"^\[console\] process restarted in the same container \(run \d+, attempt (\d+)\)")
 
 
 class ProcessExited(Exception):
-    """The user's process ended inside a still-running container (launcher marker)."""
+    """The user's process ended inside a still-running container (the launcher's report)."""
 
     def __init__(self, code: int, oom_killed: bool = False):
         super().__init__(code)
@@ -145,8 +147,12 @@ class Follower:
     to the next task run of the same container and calls follow() again.
     """
 
-    def __init__(self, task_run_id: int):
+    def __init__(self, task_run_id: int, waiting_exit=None):
         self.task_run_id = task_run_id
+        # task run -> ProcessExited | None: the launcher's own report that this run's process
+        # ended and the container waits for a decision (supervise.py). A marker line in the log
+        # only makes the follower ask; the answer never comes from the log.
+        self.waiting_exit = waiting_exit or (lambda task_run: None)
         self.token = uuid.uuid4()
         self.lost_ownership = False
         self._stream = None
@@ -264,6 +270,7 @@ class Follower:
         skip_equal = state["last_ts_count"] if resumed else 0
         last_beat = time.monotonic()
         ended = False
+        last_probe = last_beat
         while not ended:
             batch: list[bytes] = []
             try:
@@ -306,11 +313,10 @@ class Follower:
                 state["lines"] += 1
                 chunks.append(f"{ts_ns} {text}\n".encode())
                 new_lines.append(LogLine(state["lines"], ts_ns, text))
-                marker = PROCESS_EXIT_RE.match(text)
-                if marker:
-                    # Lines after the marker belong to whatever comes next:
-                    # put them back in front of the queue's remaining frames.
-                    process_exit = ProcessExited(int(marker.group(1)), bool(marker.group(2)))
+                if PROCESS_EXIT_RE.search(text) and (reported := self.waiting_exit(task_run)) is not None:
+                    # The launcher's marker of a reported exit: lines after it belong to whatever
+                    # comes next; put them back in front of the queue's remaining frames.
+                    process_exit = reported
                     self._pushback.extendleft(reversed(batch[position + 1 :] + ([None] if ended else [])))
                     ended = False
                     break
@@ -335,6 +341,14 @@ class Follower:
                     push_lines(task_run, new_lines)
             if process_exit is not None:
                 raise process_exit
+            if not ended and (not batch or now - last_probe >= HEARTBEAT_EVERY_S):
+                # A reported exit whose marker never came as a line of its own (glued to a
+                # partial line, acknowledged before a crash, or drowned by a daemon that goes on
+                # printing) is taken once the stream is quiet, or at the next heartbeat.
+                last_probe = now
+                reported = self.waiting_exit(task_run)
+                if reported is not None:
+                    raise reported
             if on_tick is not None and not ended:
                 on_tick(task_run, bool(new_lines))
         self.close_stream()

@@ -15,28 +15,23 @@ import shlex
 import time
 from dataclasses import dataclass, field
 
-import docker
-import requests
-
 from jobs.models import TaskRun, TrainingJob
 
 from . import docker_hosts
+from .engine import HOST_ERRORS, exec_bounded
 
 # SPEC: the command answers "within seconds".
 SCRAPE_TIMEOUT_S = 5
 MAX_SAMPLES = 1000
 MAX_OUTPUT_BYTES = 2 * 1024 * 1024
 
-# Runs `cmd args...` under `timeout` where the image has it (busybox, coreutils).
-_WITH_TIMEOUT = f'if command -v timeout >/dev/null 2>&1; then exec timeout {SCRAPE_TIMEOUT_S} "$@"; else exec "$@"; fi'
-# Fetches a URL with whatever the image has: wget (busybox), curl, or Python; under
-# `timeout` where there is one (busybox wget's own -T crashes some builds).
+# Fetches a URL with whatever the image has: wget (busybox), curl, or Python. Every scrape
+# runs under the console's own `timeout` (engine.exec_bounded), whatever the image has.
 _FETCH = (
-    'u="$1"; t=""; '
-    f'if command -v timeout >/dev/null 2>&1; then t="timeout {SCRAPE_TIMEOUT_S}"; fi; '
-    'if command -v wget >/dev/null 2>&1; then exec $t wget -q -O - "$u"; '
-    f'elif command -v curl >/dev/null 2>&1; then exec $t curl -sf -m {SCRAPE_TIMEOUT_S} "$u"; '
-    "elif command -v python3 >/dev/null 2>&1; then exec $t python3 -c "
+    'u="$1"; '
+    'if command -v wget >/dev/null 2>&1; then exec wget -q -O - "$u"; '
+    f'elif command -v curl >/dev/null 2>&1; then exec curl -sf -m {SCRAPE_TIMEOUT_S} "$u"; '
+    "elif command -v python3 >/dev/null 2>&1; then exec python3 -c "
     "'import sys,urllib.request as u;"
     f"sys.stdout.write(u.urlopen(sys.argv[1],timeout={SCRAPE_TIMEOUT_S}).read().decode())' "
     '"$u"; '
@@ -132,7 +127,7 @@ def _unescape(value: str) -> str:
 def scrape_command(job: TrainingJob) -> list[str]:
     """What runs inside the container: the job's command (with its arguments), or a fetch of its URL."""
     if job.metrics_mode == TrainingJob.MetricsMode.COMMAND:
-        return ["sh", "-c", _WITH_TIMEOUT, "sh", *shlex.split(job.metrics_command), *shlex.split(job.metrics_args)]
+        return [*shlex.split(job.metrics_command), *shlex.split(job.metrics_args)]
     path = job.metrics_path if (job.metrics_path or "").startswith("/") else f"/{job.metrics_path or 'metrics'}"
     return ["sh", "-c", _FETCH, "sh", f"http://127.0.0.1:{job.metrics_port}{path}"]
 
@@ -146,19 +141,26 @@ def scrape(job: TrainingJob, task_run: TaskRun) -> Scrape:
     try:
         client = docker_hosts.client_for(task_run.host, timeout=SCRAPE_TIMEOUT_S + 5)
         container = client.containers.get(task_run.container_id or task_run.container_name)
-        result = container.exec_run(scrape_command(job), user=docker_hosts.MA_USER, demux=True)
-    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        result = exec_bounded(
+            container,
+            scrape_command(job),
+            user=docker_hosts.MA_USER,
+            timeout_s=SCRAPE_TIMEOUT_S,
+            max_bytes=MAX_OUTPUT_BYTES,
+        )
+    except HOST_ERRORS as exc:
         return Scrape(task, False, error=f"Could not reach the container: {exc}")
     took_ms = int((time.monotonic() - started) * 1000)
-    out, err = result.output if isinstance(result.output, tuple) else (result.output, b"")
-    out, err = out or b"", err or b""
-    if result.exit_code != 0:
-        reason = err.decode(errors="replace").strip()[-300:] or f"exit code {result.exit_code}"
-        if result.exit_code == 124:
-            reason = f"no answer within {SCRAPE_TIMEOUT_S} s"
+    out, err = result.stdout, result.stderr
+    if result.timed_out:
+        reason = f"no answer within {SCRAPE_TIMEOUT_S} s"
         return Scrape(task, False, error=f"The metrics {_source(job)} failed: {reason}", took_ms=took_ms)
-    samples, types, problems = parse(out[:MAX_OUTPUT_BYTES].decode(errors="replace"))
-    scrape = Scrape(task, True, samples[:MAX_SAMPLES], types, took_ms=took_ms, truncated=len(samples) > MAX_SAMPLES)
+    if result.exit_code != 0 and not result.truncated:
+        reason = err.decode(errors="replace").strip()[-300:] or f"exit code {result.exit_code}"
+        return Scrape(task, False, error=f"The metrics {_source(job)} failed: {reason}", took_ms=took_ms)
+    samples, types, problems = parse(out.decode(errors="replace"))
+    truncated = result.truncated or len(samples) > MAX_SAMPLES
+    scrape = Scrape(task, True, samples[:MAX_SAMPLES], types, took_ms=took_ms, truncated=truncated)
     if problems and not samples:
         scrape.ok, scrape.error = False, f"Not Prometheus text: {problems[0]}"
     elif problems:

@@ -66,14 +66,26 @@ def adopt_unfollowed_task_runs() -> bool:
     return bool(ids)
 
 
+UNDECIDED_GRACE_S = 3
+
+
 def end_decided_attempts() -> bool:
-    """Attempts whose instances all ended but whose end was never evaluated."""
-    ids = list(
-        Attempt.objects.filter(state=Attempt.State.RUNNING)
-        .exclude(task_runs__state__in=[TaskRun.State.CREATED, TaskRun.State.RUNNING])
-        .values_list("id", flat=True)
+    """Attempts whose end was never decided: every instance ended, or one failed (which ends
+    the attempt), and no decision followed (the deciding worker died, or its task was lost;
+    a decision rolled back with its worker leaves the attempt running). Deciding is
+    idempotent: the live path may win the race, and this then does nothing."""
+    all_ended = Attempt.objects.filter(state=Attempt.State.RUNNING).exclude(
+        task_runs__state__in=[TaskRun.State.CREATED, TaskRun.State.RUNNING]
     )
-    for attempt_id in ids:
+    cutoff = timezone.now() - timezone.timedelta(seconds=UNDECIDED_GRACE_S)
+    failed_runs = TaskRun.objects.filter(attempt__state=Attempt.State.RUNNING, ended_at__lt=cutoff).filter(
+        Q(state__in=[TaskRun.State.START_FAILED, TaskRun.State.LOST])
+        | Q(hung=True, state=TaskRun.State.EXITED)
+        | Q(state=TaskRun.State.EXITED, exit_code__isnull=True)
+        | (Q(state=TaskRun.State.EXITED) & ~Q(exit_code=0))
+    )
+    ids = set(all_ended.values_list("id", flat=True)) | set(failed_runs.values_list("attempt_id", flat=True))
+    for attempt_id in sorted(ids):
         _tasks().end_attempt.delay(attempt_id)
     return bool(ids)
 
@@ -114,7 +126,8 @@ def stop_stale_preemptions() -> bool:
 def check_hosts() -> bool:
     """Ping every enabled host; one that does not answer is isolated (a lost connection)."""
     from . import docker_hosts
-    from .lifecycle import HOST_ERRORS, isolate_host
+    from .engine import HOST_ERRORS
+    from .lifecycle import isolate_host
 
     isolated_any = False
     for host in DockerHost.objects.filter(enabled=True, isolated=False):

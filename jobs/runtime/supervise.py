@@ -23,10 +23,10 @@ from faulttolerance.policy import Counters, Decision, Policy, decide
 from jobs import events
 from jobs.models import Attempt, EventKind, Phase, TaskRun, TrainingJob
 
-from . import docker_hosts, placement
+from . import docker_hosts, faults, placement, reports
+from .engine import HOST_ERRORS
 from .hang import HangWatch, Sampler, capture_stacks, no_gpu, nvidia_smi_gpu
 from .lifecycle import (
-    HOST_ERRORS,
     announce,
     containers_kept,
     dispatch,
@@ -55,7 +55,7 @@ WORK_LOST_SCAN_BYTES = 2 * 1024 * 1024  # how far back from the end of the faile
 # -- following ---------------------------------------------------------------------
 def follow_task_run(task_run_id: int) -> bool:
     """Persist a container's log until it ends, then record how it ended."""
-    follower = Follower(task_run_id)
+    follower = Follower(task_run_id, waiting_exit=_waiting_exit)
     task_run = follower.claim()
     if task_run is None:
         return False
@@ -120,6 +120,17 @@ def follow_task_run(task_run_id: int) -> bool:
     return True
 
 
+def _waiting_exit(task_run: TaskRun) -> ProcessExited | None:
+    """The launcher's report (never the log) that this run's process ended non-zero and its
+    container waits for the supervisor's decision (a fault-tolerant job's process restart)."""
+    if task_run.attempt.job.max_restarts_effective <= 0:
+        return None  # the launcher does not wait: the container ends, and the engine says how
+    report = reports.exit_report_of(task_run)
+    if report is None or report.code == 0:
+        return None
+    return ProcessExited(report.code, report.oom_killed)
+
+
 def _hang_watch(task_run: TaskRun) -> HangWatch:
     job = task_run.attempt.job
     gpus = job.flavor_id is not None and job.flavor.gpus > 0
@@ -137,11 +148,14 @@ def _host_reachable(host) -> bool:
 
 
 def _mark_exited(task_run: TaskRun, container) -> None:
+    """The container ended: its exit code and OOM flag from the engine; a child the kernel
+    killed for memory (PID 1 lived on) from the launcher's report."""
     state = container.attrs["State"]
+    report = reports.exit_report_of(task_run)
     TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.RUNNING).update(
         state=TaskRun.State.EXITED,
         exit_code=state.get("ExitCode"),
-        oom_killed=bool(state.get("OOMKilled")),
+        oom_killed=bool(state.get("OOMKilled")) or bool(report and report.oom_killed),
         ended_at=docker_time(state.get("FinishedAt")) or timezone.now(),
     )
 
@@ -258,22 +272,48 @@ def attempt_may_have_ended(attempt_id: int) -> bool:
         # Wait until every container of a stopped (or preempted) job is gone, so that
         # its capacity is free; instances still "created" were never started and have none.
         return False
-    # Exactly one caller decides for an attempt, however many workers race here.
-    claim = Attempt.objects.filter(id=attempt.id, state__in=[Attempt.State.STARTING, Attempt.State.RUNNING])
-    if stopping:
-        # Checked again in the claim itself: `attempt` may be stale, and a start that raced this
-        # stop may have made the attempt running with a live container meanwhile; its follower
-        # (or the start's own clean-up, for an attempt still starting) comes back here later.
-        claim = claim.exclude(state=Attempt.State.RUNNING, task_runs__state=TaskRun.State.RUNNING)
-    if not claim.update(state=Attempt.State.ENDED, ended_at=timezone.now()):
+    try:
+        decision = _claim_and_decide(attempt, runs, failed, stopping)
+    except _AlreadyClaimed:
         return False
-    # Once ended, no scheduler can claim it any more (it claims running attempts only):
-    # whether it was preempted is now settled.
-    attempt.refresh_from_db(fields=["preempted_at", "preempted_by"])
-    preempted = _preempted(attempt)
-    decision = None
+    except Exception as exc:
+        # Never leave an attempt undecided: a decision that cannot be made (a bug, a row the
+        # code does not expect) ends the job, saying why, rather than leaving it Running.
+        log.exception("deciding attempt %s failed", attempt.id)
+        return _end_undecidable(attempt, exc)
+    in_place = decision is not None and decision.restart and decision.level in ("process", "reschedule")
+    if failed and not in_place:
+        # Collective training cannot go on with one rank gone, and launchers
+        # waiting for a decision must end: stop every container of the attempt.
+        stop_attempt_containers(attempt.id)
+    return True
+
+
+class _AlreadyClaimed(Exception):
+    """Another caller ended (and decided) this attempt."""
+
+
+def _claim_and_decide(attempt: Attempt, runs: list[TaskRun], failed: list[TaskRun], stopping: bool) -> Decision | None:
+    """End the attempt and decide what follows, in one transaction: a worker that dies
+    half-way leaves the attempt running, and reconcile brings it back here."""
     with transaction.atomic():
+        # The job's row first (the order every writer of a job and its attempts takes), then
+        # the claim: exactly one caller decides for an attempt, however many workers race here.
         job = TrainingJob.objects.select_for_update().get(id=attempt.job_id)
+        claim = Attempt.objects.filter(id=attempt.id, state__in=[Attempt.State.STARTING, Attempt.State.RUNNING])
+        if stopping:
+            # Checked again in the claim itself: `attempt` may be stale, and a start that raced
+            # this stop may have made the attempt running with a live container meanwhile; its
+            # follower (or the start's own clean-up, for an attempt still starting) comes back.
+            claim = claim.exclude(state=Attempt.State.RUNNING, task_runs__state=TaskRun.State.RUNNING)
+        if not claim.update(state=Attempt.State.ENDED, ended_at=timezone.now()):
+            raise _AlreadyClaimed
+        faults.crash_point("after-claim")
+        # Once ended, no scheduler can claim it any more (it claims running attempts only):
+        # whether it was preempted is now settled.
+        attempt.refresh_from_db(fields=["preempted_at", "preempted_by", "ended_at"])
+        preempted = _preempted(attempt)
+        decision = None
         if job.terminate_requested:
             Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.TERMINATED)
             finish(job, Phase.TERMINATED, stop_reason(job))  # by the user, or by auto stop
@@ -288,11 +328,26 @@ def attempt_may_have_ended(attempt_id: int) -> bool:
         else:
             decision = _decide_after_failure(job, attempt, failed[0])
             Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.FAILED)
-    in_place = decision is not None and decision.restart and decision.level in ("process", "reschedule")
-    if failed and not in_place:
-        # Collective training cannot go on with one rank gone, and launchers
-        # waiting for a decision must end: stop every container of the attempt.
-        stop_attempt_containers(attempt.id)
+        return decision
+
+
+def _end_undecidable(attempt: Attempt, exc: Exception) -> bool:
+    """The decision raised: end the attempt and the job as Failed with the error, so nothing
+    stays Running without a container. False when someone else decided meanwhile."""
+    with transaction.atomic():
+        job = TrainingJob.objects.select_for_update().get(id=attempt.job_id)
+        claimed = Attempt.objects.filter(
+            id=attempt.id, state__in=[Attempt.State.STARTING, Attempt.State.RUNNING]
+        ).update(state=Attempt.State.ENDED, ended_at=timezone.now(), outcome=Attempt.Outcome.FAILED)
+        if not claimed or job.is_final:
+            return False
+        finish(
+            job,
+            Phase.FAILED,
+            f"The console could not decide what follows attempt {attempt.number} "
+            f"({type(exc).__name__}: {str(exc)[:300]}); the job was ended rather than left running.",
+        )
+    stop_attempt_containers(attempt.id)
     return True
 
 
@@ -372,21 +427,58 @@ def _requeue_preempted(job: TrainingJob, attempt: Attempt, runs: list[TaskRun]) 
 
 
 def _facts(run: TaskRun) -> c.EndFacts:
+    """What is known of how an instance ended: from the database (the engine's state, written
+    by the follower or the start), the launcher's environment-check report, and the log tail,
+    which only chooses among the classes of a failure the engine confirmed."""
+    env_check = reports.env_check_report(run.attempt.job_id, run.container_name)
     return c.EndFacts(
         exit_code=run.exit_code,
         oom_killed=run.oom_killed,
         lost=run.state == TaskRun.State.LOST,
         hung=run.hung,
         start_error=run.error if run.state == TaskRun.State.START_FAILED else "",
+        env_check_failed=bool(env_check and not env_check.passed),
+        env_check_detail=env_check.detail if env_check else "",
         log_tail=recent_text(run, 50),
     )
+
+
+def _env_check_failed_elsewhere_just_before(job: TrainingJob, attempt: Attempt, host_id: int) -> str:
+    """The name of the host where this job's environment checks failed right before this
+    attempt (the previous decision was that failure, and it led here), if another host."""
+    previous = (
+        RecoveryRecord.objects.filter(job=job, next_attempt=attempt, failure_class=c.ENV_CHECK_FAILED)
+        .order_by("-id")
+        .first()
+    )
+    if previous is None or previous.evidence.get("host_id") in (None, host_id):
+        return ""
+    return previous.evidence.get("host", "another host")
 
 
 def _decide_after_failure(job: TrainingJob, attempt: Attempt, failed_run: TaskRun) -> Decision:
     verdict = c.classify(_facts(failed_run)) or c.Classification(c.USER_ERROR, "unknown", "The instance failed.")
     policy, counters, stable = _policy_inputs(job, attempt)
-    decision = decide(policy, counters, verdict.failure_class, stable=stable, multi_instance=job.node_count > 1)
-    decision = _escalate(attempt, decision, verdict.failure_class, stable)
+    isolate = verdict.failure_class in (c.ENV_CHECK_FAILED, c.NODE_FAILURE) and policy.max_restarts > 0
+    elsewhere = (
+        _env_check_failed_elsewhere_just_before(job, attempt, failed_run.host_id)
+        if verdict.failure_class == c.ENV_CHECK_FAILED
+        else ""
+    )
+    if elsewhere:
+        # The same job's checks failed on two hosts in a row: the job's own doing (its image,
+        # flavor or mounts), not two faulty hosts. It ends, and isolates no more hosts.
+        isolate = False
+        decision = Decision(
+            False,
+            "",
+            f"the environment checks failed on {elsewhere} and then on {failed_run.host.name}: two hosts in a "
+            "row point at the job's own settings (image, flavor, mounts); no further host is isolated",
+            counters,
+        )
+    else:
+        decision = decide(policy, counters, verdict.failure_class, stable=stable, multi_instance=job.node_count > 1)
+        decision = _escalate(attempt, decision, verdict.failure_class, stable)
     after = decision.counters
     TrainingJob.objects.filter(id=job.id).update(
         restarts_used=after.restarts_used,
@@ -395,15 +487,15 @@ def _decide_after_failure(job: TrainingJob, attempt: Attempt, failed_run: TaskRu
         consecutive_hang=after.consecutive_hang,
         reschedules_used=after.reschedules_used,
     )
-    if verdict.failure_class in (c.ENV_CHECK_FAILED, c.NODE_FAILURE) and policy.max_restarts > 0:
-        if verdict.failure_class == c.ENV_CHECK_FAILED:
-            events.record(
-                job,
-                EventKind.ENV_CHECK_FAILED,
-                f"Environment check failed on {failed_run.host.name}.",
-                host=failed_run.host.name,
-                lines=verdict.matched_lines,
-            )
+    if verdict.failure_class == c.ENV_CHECK_FAILED and policy.max_restarts > 0:
+        events.record(
+            job,
+            EventKind.ENV_CHECK_FAILED,
+            f"Environment check failed on {failed_run.host.name}: {' '.join(verdict.matched_lines)}",
+            host=failed_run.host.name,
+            lines=verdict.matched_lines,
+        )
+    if isolate:
         isolate_host(failed_run.host_id, f"{verdict.explanation} ({job.name}, attempt {attempt.number})", job)
     next_attempt = None
     if decision.restart:
@@ -420,7 +512,7 @@ def _decide_after_failure(job: TrainingJob, attempt: Attempt, failed_run: TaskRu
         detail = failed_run.error or verdict.explanation
         finish(job, Phase.FAILED, f"{verdict.failure_class}{evidence}: {detail} Decision: {decision.summary}.")
     if policy.max_restarts > 0:
-        record_evidence = dict(failed_run.evidence)
+        record_evidence = dict(failed_run.evidence, host=failed_run.host.name, host_id=failed_run.host_id)
         lost = work_lost_steps(failed_run)
         if lost is not None:
             record_evidence["work_lost_steps"] = lost
