@@ -43,6 +43,9 @@ class ResourcePoolAdmin(admin.ModelAdmin):
         "check_shm_gb",
         "check_cache_gb",
         "shm_size_gb",
+        "default_cpus",
+        "default_memory_mb",
+        "pids_limit",
     ]
     list_filter = ["kind"]
     search_fields = ["name"]
@@ -62,6 +65,14 @@ class ResourcePoolAdmin(admin.ModelAdmin):
                     "check_ulimit_nproc",
                     "shm_size_gb",
                 ]
+            },
+        ),
+        (
+            "Limits of every container (SPEC §8: no job runs unbounded on a shared host)",
+            {
+                "fields": ["default_cpus", "default_memory_mb", "pids_limit"],
+                "description": "CPUs and memory apply to instances of jobs without a flavor or custom spec; "
+                "the PIDs limit (processes and threads) to every container of the pool's hosts.",
             },
         ),
     ]

@@ -230,6 +230,17 @@ def _formfield(db_field, **kwargs):
     return db_field.formfield(**kwargs)
 
 
+def limits_without_flavor() -> str:
+    """What an instance of a job without a flavor gets (SPEC §8: never unbounded): the
+    public pools' operator limits."""
+    pool = ResourcePool.objects.filter(kind=ResourcePool.Kind.PUBLIC).order_by("id").first()
+    pool = pool or ResourcePool(name="default")
+    return (
+        f"Without a flavor each instance gets {pool.default_cpus:g} CPUs and {pool.default_memory_mb} MB of "
+        f"memory; every container runs at most {pool.pids_limit} processes and threads (the operator's limits)."
+    )
+
+
 class JobCreateForm(forms.ModelForm):
     """The create-job wizard. Validation is the model's (full_clean), shared with the API."""
 
@@ -427,6 +438,7 @@ class JobCreateForm(forms.ModelForm):
 
         self.user = user
         self.fields["workspace"].queryset = workspaces_of(user)
+        self.fields["flavor"].help_text = f"{self.fields['flavor'].help_text} {limits_without_flavor()}"
         for name, field in self.fields.items():
             if name == "workspace":
                 continue

@@ -250,6 +250,8 @@ _build_python_image() (
 )
 
 ensure_images() {
+  # The console's own tools in every job container (/.console/bin): a static busybox.
+  ensure_apt busybox-static
   if ! docker image inspect console/busybox:latest >/dev/null 2>&1; then
     log "building console/busybox:latest"
     _build_busybox_image

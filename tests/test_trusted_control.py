@@ -246,3 +246,18 @@ def test_a_worker_killed_between_claim_and_decision_leaves_no_job_undecided(demo
     assert job.phase == Phase.FAILED and job.restarts_used == 0
     assert job.attempts.get(number=1).outcome == Attempt.Outcome.FAILED
     assert job.recoveries.count() == 1
+
+
+def test_the_limits_of_a_job_without_a_flavor_show_in_the_wizard_and_the_admin(demo, client):
+    from django.contrib.auth import get_user_model
+
+    demo.pool.default_cpus, demo.pool.pids_limit = 3, 999  # the demo's pool is a public one
+    demo.pool.save()
+    client.force_login(demo.owner)
+    page = client.get("/jobs/create/").content.decode()
+    assert "Without a flavor each instance gets 3 CPUs and 8192 MB of memory" in page
+    assert "at most 999 processes and threads" in page
+    operator = get_user_model().objects.create_superuser("operator", password="operator-password")
+    client.force_login(operator)
+    admin = client.get(f"/admin/jobs/resourcepool/{demo.pool.id}/change/").content.decode()
+    assert 'name="pids_limit"' in admin and 'name="default_cpus"' in admin and 'name="default_memory_mb"' in admin
