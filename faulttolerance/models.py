@@ -36,6 +36,48 @@ class RecoveryRecord(models.Model):
     def __str__(self) -> str:
         return f"{self.job} {self.failure_class} -> {self.decision}"
 
+    @classmethod
+    def from_decision(
+        cls,
+        *,
+        job,
+        attempt,
+        decision,
+        max_restarts: int,
+        failure_class: str,
+        rule: str,
+        explanation: str,
+        detected_at=None,
+        failed_run=None,
+        matched_lines: list[str] | None = None,
+        evidence: dict | None = None,
+        next_attempt=None,
+    ) -> RecoveryRecord:
+        """The record of one decision (policy.Decision), unsaved: what failed (the run, if one
+        instance did), what was decided and the counters after it."""
+        after = decision.counters
+        return cls(
+            job=job,
+            failed_attempt=attempt,
+            detected_at=detected_at or timezone.now(),
+            failure_class=failure_class,
+            rule=rule,
+            explanation=explanation,
+            task_index=failed_run.index if failed_run is not None else None,
+            exit_code=failed_run.exit_code if failed_run is not None else None,
+            oom_killed=bool(failed_run is not None and failed_run.oom_killed),
+            matched_lines=matched_lines or [],
+            evidence=evidence or {},
+            restart=decision.restart,
+            level=decision.level,
+            decision=decision.summary,
+            restarts_used_after=after.restarts_used,
+            max_restarts=max_restarts,
+            hang_restarts_after=after.hang_restarts_used,
+            reschedules_after=after.reschedules_used,
+            next_attempt=next_attempt,
+        )
+
     @property
     def downtime(self):
         if self.running_again_at is None:

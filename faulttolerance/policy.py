@@ -105,3 +105,29 @@ def decide(
             counters,
         )
     return Decision(False, "", f"{failure_class} is not retryable", counters)
+
+
+def escalate(decision: Decision, failure_class: str, *, previous_level: str, stable: bool, all_alive: bool) -> Decision:
+    """SPEC §4's levels, escalating: process -> container -> job.
+
+    Process level is the first choice for a hang and for a first transient failure while
+    every container of the attempt is still alive (all_alive); container level when the
+    process level did not help (previous_level "process") or a container died; job level
+    when the container level did not help (env_check_failed and node_failure start there).
+    An attempt that ran for the stable window (stable) starts the ladder again.
+    previous_level: the level the failed attempt was started at ("initial" for the first).
+    """
+    if not decision.restart or decision.level in ("job", "reschedule") or failure_class == c.HANG:
+        return decision
+    previous = "initial" if stable else previous_level
+    if previous == "process":
+        level = "container"
+    elif previous == "container":
+        level = "job"
+    elif failure_class == c.TRANSIENT and all_alive:
+        level = "process"
+    else:
+        level = decision.level
+    if level == "process" and not all_alive:
+        level = "container"
+    return replace(decision, level=level)

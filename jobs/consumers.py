@@ -8,23 +8,29 @@ extension swaps in by id (hx-swap-oob).
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from urllib.parse import parse_qs
 
 from asgiref.sync import async_to_sync
 from channels.generic.websocket import WebsocketConsumer
 from django.contrib.auth import get_user_model
 from django.http import QueryDict
-from django.template.loader import render_to_string
+from django.urls import reverse
 
 from console import realtime
 
+from . import logstream
 from .access import visible_jobs, workspaces_of
 from .models import TaskRun, TrainingJob
-from .runtime.logs import LogLine, read_lines
 from .views.detail import job_live_fragments
 from .views.list import list_rows
 
-LOG_TAIL_LINES = 2000
+log = logging.getLogger(__name__)
+
+LOG_TAIL_LINES = logstream.TAIL_LINES
+PACE_S = 1.0  # in a burst, a log page gets lines at most this often
 CLOSE_FORBIDDEN = 4403
 
 
@@ -80,11 +86,14 @@ class JobConsumer(_JobSocket):
 
 
 class LogConsumer(_JobSocket):
-    """The log of one instance across all attempts: the tail, then live lines.
+    """The log of one instance across all attempts: the tail, then live lines (logstream.py).
 
-    Tracks the last line sent per task run, so a push that arrives twice is
-    dropped and a gap (a push the channel layer dropped) is filled from the
-    persisted file.
+    Tracks the last record fed per task run, so a push that arrives twice is dropped and a gap
+    (pushes the channel layer dropped) is filled from the persisted file, by offset. A trickle
+    is sent as it comes; in a burst (BURST_LINES sent within PACE_S) pushes only note how far
+    the log goes, and a flush scheduled on the server's loop sends the lines at most every
+    PACE_S, catching up from the file: at most the tail, with a "not shown" marker for the
+    rest. The work per push is then constant, whatever the job prints.
     """
 
     def connect(self) -> None:
@@ -93,47 +102,91 @@ class LogConsumer(_JobSocket):
             self._refuse()
             return
         self.job_id, self.index = job.id, self.scope["url_route"]["kwargs"]["index"]
-        self.sent: dict[int, int] = {}
+        self.download_url = reverse("job-log-download", args=[job.id, self.index])
         # Join first, then read: anything pushed meanwhile is deduplicated.
         self._join(realtime.log_group(job.id, self.index))
         self.accept()
         runs = list(
             TaskRun.objects.filter(attempt__job=job, index=self.index)
-            .select_related("attempt")
+            .select_related("attempt", "host")
             .order_by("attempt__number")
         )
-        remaining = LOG_TAIL_LINES
-        chunks: list[tuple[TaskRun, list[LogLine]]] = []
-        for run in reversed(runs):
-            lines = read_lines(run, after=max(0, run.log_lines - remaining)) if remaining > 0 else []
-            remaining -= len(lines)
-            self.sent[run.id] = run.log_lines
-            chunks.append((run, lines))
-        html = "".join(self._render(run, lines, separator=True) for run, lines in reversed(chunks))
+        self.views = logstream.initial_views(runs, self.download_url)
+        html = "".join(view.fragments()[0] for view in self.views.values())
+        # Lines sent in the current pace window (PACE_S long): what tells a burst from a trickle.
+        self.last_flush = self.window_start = time.monotonic()
+        self.sent_lately, self.flush_scheduled = 0, False
         self.send(text_data=f'<div id="log-lines" hx-swap-oob="innerHTML">{html}</div>')
 
     def log_lines(self, event) -> None:
-        run_id, first = event["task_run"], event["first"]
-        separator = run_id not in self.sent
-        have = self.sent.get(run_id, 0)
-        run = None
-        if first > have + 1:
-            run = TaskRun.objects.select_related("attempt").get(id=run_id)
-            lines = read_lines(run, after=have)
+        run_id = event["task_run"]
+        view = self.views.get(run_id)
+        if view is None:
+            run = TaskRun.objects.select_related("attempt", "host").filter(id=run_id).first()
+            if run is None:
+                return
+            view = self.views[run_id] = logstream.RunView(run, self.download_url)
+        records = logstream.push_records(event)
+        if records is None:  # a push this consumer cannot read: the file has the records
+            records = []
+            target = TaskRun.objects.filter(id=run_id).values_list("log_lines", "log_bytes").first() or (0, 0)
+        elif not records or records[-1].number <= view.have:
+            return  # pushed twice, or skipped past
         else:
-            lines = [LogLine(first + i, ts, text) for i, (ts, text) in enumerate(event["lines"]) if first + i > have]
-        if not lines:
+            target = (records[-1].number, records[-1].end)
+        if self.in_burst():
+            # Much was sent just now: note how far the log goes; the scheduled flush catches up
+            # from the file (at most the tail), whatever the number of pushes until then.
+            view.pending = max(view.pending, target)
+            self.schedule_flush()
             return
-        if separator and run is None:
-            run = TaskRun.objects.select_related("attempt").get(id=run_id)
-        self.sent[run_id] = lines[-1].number
-        html = self._render(run, lines, separator=separator)
-        self.send(text_data=f'<div id="log-lines" hx-swap-oob="beforeend">{html}</div>')
+        view.catch_up(records, *target)
+        self.flush()
 
-    def _render(self, run: TaskRun | None, lines: list[LogLine], separator: bool) -> str:
-        return render_to_string(
-            "jobs/_log_lines.html", {"run": run, "lines": lines, "separator": separator and run is not None}
-        )
+    def log_flush(self, event) -> None:
+        """The scheduled flush of a burst (schedule_flush)."""
+        self.flush()
+
+    def in_burst(self) -> bool:
+        since = time.monotonic() - self.last_flush
+        if self.flush_scheduled:
+            return since < 2 * PACE_S  # a flush message that never came holds nothing back for long
+        return self.sent_lately >= logstream.BURST_LINES and since < PACE_S
+
+    def schedule_flush(self) -> None:
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            async_to_sync(self._flush_later)(max(0.0, self.last_flush + PACE_S - time.monotonic()))
+
+    async def _flush_later(self, delay: float) -> None:
+        """On the server's loop: a log.flush message to this consumer after `delay` seconds."""
+        loop = asyncio.get_running_loop()
+
+        async def send() -> None:
+            try:
+                await self.channel_layer.send(self.channel_name, {"type": "log.flush"})
+            except Exception:  # a full or closed channel: a later push flushes (in_burst gives up)
+                log.info("could not schedule a log flush for %s", self.channel_name)
+
+        loop.call_later(delay, lambda: loop.create_task(send()))
+
+    def flush(self) -> None:
+        now = time.monotonic()
+        if now - self.window_start >= PACE_S:
+            self.window_start, self.sent_lately = now, 0
+        self.last_flush, self.flush_scheduled = now, False
+        appended, replaced = [], []
+        for view in self.views.values():
+            if view.pending[0] > view.have:
+                view.catch_up([], *view.pending)
+            added, changed, count = view.fragments()
+            appended.append(added)
+            replaced.append(changed)
+            self.sent_lately += count
+        if any(appended) or any(replaced):
+            self.send(
+                text_data=f'<div id="log-lines" hx-swap-oob="beforeend">{"".join(appended)}</div>{"".join(replaced)}'
+            )
 
 
 class JobListConsumer(WebsocketConsumer):

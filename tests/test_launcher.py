@@ -9,8 +9,8 @@ from pathlib import Path
 import docker
 import pytest
 
+from faulttolerance.launcher import LAUNCHER
 from jobs.runtime import engine
-from jobs.runtime.docker_hosts import LAUNCHER
 from tests.conftest import BUSYBOX
 from tests.pytest_env import TEST_LABEL, TMP
 
@@ -75,7 +75,8 @@ def test_all_checks_pass_and_the_command_runs(client):
 def test_unresolvable_instance_name_fails_dns(client):
     code, lines = run_launcher(
         client,
-        {"MA_JOB_NAME": "j", "MA_VOLCANO_HOSTS": "j-worker-0 nowhere-worker-9"},
+        # The check waits for names to resolve (instances start one after the other): 1 s here.
+        {"MA_JOB_NAME": "j", "MA_VOLCANO_HOSTS": "j-worker-0 nowhere-worker-9", "MA_CHECK_DNS_WAIT_S": "1"},
         extra_hosts={"j-worker-0": "127.0.0.1"},
     )
     assert code == 86

@@ -7,7 +7,7 @@ import pytest
 
 from faulttolerance import classify as c
 from faulttolerance.classify import EndFacts, classify
-from faulttolerance.policy import Counters, Policy, decide
+from faulttolerance.policy import Counters, Decision, Policy, decide, escalate
 
 ALL_CLASSES = (
     c.USER_ERROR,
@@ -365,3 +365,51 @@ def test_preempted_is_requeued_and_consumes_nothing_even_without_fault_tolerance
         decision = decide(Policy(max_restarts=r), Counters(restarts_used=0), "preempted")
         assert (decision.restart, decision.level) == (True, "job")
         assert decision.counters == Counters(restarts_used=0)
+
+
+# -- escalation (SPEC §4 "Restart levels, escalating"), a pure function -------------------------
+RESTART = Decision(True, "container", "retryable", Counters(1))
+
+
+@pytest.mark.parametrize(
+    "decision, failure_class, previous, stable, all_alive, level",
+    [
+        pytest.param(RESTART, c.TRANSIENT, "initial", False, True, "process", id="first-transient-alive"),
+        pytest.param(RESTART, c.TRANSIENT, "initial", False, False, "container", id="first-transient-a-container-died"),
+        pytest.param(RESTART, c.TRANSIENT, "process", False, True, "container", id="process-level-did-not-help"),
+        pytest.param(RESTART, c.TRANSIENT, "container", False, True, "job", id="container-level-did-not-help"),
+        pytest.param(RESTART, c.TRANSIENT, "container", True, True, "process", id="stable-starts-over"),
+        pytest.param(RESTART, c.USER_ERROR, "initial", False, True, "container", id="user-error-starts-at-container"),
+        pytest.param(RESTART, c.RESOURCE_ERROR, "process", False, False, "container", id="oom-after-process"),
+        pytest.param(
+            Decision(True, "job", "", Counters(1)), c.ENV_CHECK_FAILED, "initial", False, True, "job", id="env-check"
+        ),
+        pytest.param(
+            Decision(True, "reschedule", "", Counters(0, reschedules_used=1)),
+            c.NODE_FAILURE,
+            "process",
+            False,
+            False,
+            "reschedule",
+            id="reschedule-stays",
+        ),
+        pytest.param(
+            Decision(True, "process", "hang restart", Counters(0, 1)),
+            c.HANG,
+            "container",
+            False,
+            True,
+            "process",
+            id="hang",
+        ),
+        pytest.param(Decision(False, "", "end", Counters(3)), c.TRANSIENT, "process", False, True, "", id="no-restart"),
+    ],
+)
+def test_escalate(decision, failure_class, previous, stable, all_alive, level):
+    escalated = escalate(decision, failure_class, previous_level=previous, stable=stable, all_alive=all_alive)
+    assert escalated.level == level
+    assert (escalated.restart, escalated.counters, escalated.reason) == (
+        decision.restart,
+        decision.counters,
+        decision.reason,
+    )

@@ -118,7 +118,7 @@ def test_two_instances_reach_each_other_and_nothing_of_the_host(demo, worker, li
     ports = [daphne, 6379, 5432]
     addresses = ["127.0.0.1", *_host_addresses()]
     probes = "; ".join(
-        f'if nc -w 2 {a} {p} </dev/null >/dev/null 2>&1; then echo "open {a}:{p}"; else echo "closed {a}:{p}"; fi'
+        f'if nc -w 1 {a} {p} </dev/null >/dev/null 2>&1; then echo "open {a}:{p}"; else echo "closed {a}:{p}"; fi'
         for a in addresses
         for p in ports
     )

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import docker
 from django.conf import settings
 
+from faulttolerance.launcher import LAUNCHER, check_environment
 from jobs.models import Attempt, DockerHost, ResourcePool, TaskRun, TrainingJob
 
 from . import engine, layout
@@ -54,9 +54,6 @@ def container_labels(job: TrainingJob, attempt: Attempt, task_run: TaskRun) -> d
     return labels
 
 
-LAUNCHER = "\n".join(
-    line for line in (Path(__file__).with_name("launcher.sh")).read_text().splitlines() if not line.startswith("#")
-)
 CONTROL_DIR = engine.CONTROL_MOUNT
 
 
@@ -100,7 +97,6 @@ def container_environment(
     """
     runtime = layout.runtime_layout(job) if runtime is None else runtime
     pool = pool_of(task_run.host)
-    fault_tolerant = job.max_restarts_effective > 0
     control = {
         "MA_USER_COMMAND": job.command,
         "MA_JOB_ID": str(job.id),
@@ -121,22 +117,12 @@ def container_environment(
         # The launcher writes these into /etc/volcano/<job>.host for the dns check.
         "MA_VOLCANO_HOSTS": " ".join(peer_hostnames(job, task_run, hosts)),
         # SPEC §4/§5: with R = 0 nothing is restarted and no environment check runs.
-        "MA_PROCESS_RESTART": "1" if fault_tolerant else "0",
-        "MA_ENV_CHECKS": "1" if fault_tolerant else "0",
+        **check_environment(fault_tolerant=job.max_restarts_effective > 0, pool=pool, flavor=job.flavor),
         # SPEC §3 "operator re-execution": configuration for the framework (an Ascend feature).
         "MA_OPERATOR_REEXECUTION": "1" if job.operator_reexecution else "0",
         # SPEC §3 "JupyterLab": a flag for the image only. The console starts no JupyterLab and
         # could not route to one (no network out of a job, SPEC §8).
         "MA_JUPYTER_LAB": "1" if job.jupyter_lab else "0",
-        "MA_CHECK_ROOT_GB": str(pool.check_root_gb),
-        "MA_CHECK_SHM_GB": str(pool.check_shm_gb),
-        "MA_CHECK_CACHE_GB": str(pool.check_cache_gb),
-        "MA_CHECK_ULIMIT": "1" if job.flavor and job.flavor.uses_ib else "0",
-        "MA_CHECK_GPU": "1" if job.flavor and job.flavor.gpus else "0",
-        "MA_CHECK_ULIMIT_MEMLOCK": str(pool.check_ulimit_memlock),
-        "MA_CHECK_ULIMIT_NOFILE": str(pool.check_ulimit_nofile),
-        "MA_CHECK_ULIMIT_STACK": str(pool.check_ulimit_stack),
-        "MA_CHECK_ULIMIT_NPROC": str(pool.check_ulimit_nproc),
     }
     return {**DEFAULT_ENVIRONMENT, **job.environment_dict(), **control}
 

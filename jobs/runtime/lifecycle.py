@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from console import realtime
 from faulttolerance.classify import PREEMPTED
+from faulttolerance.launcher import DECISION, restart_decision
 from faulttolerance.models import RecoveryRecord
 from jobs import events, listing
 from jobs.models import FINAL_PHASES, RETAINED_PHASES, Attempt, DockerHost, EventKind, Phase, TaskRun, TrainingJob
@@ -98,6 +99,11 @@ def _start_now(attempt_id: int) -> None:
         start_attempt(attempt_id)
     except Exception:
         log.exception("starting attempt %s failed; reconcile will retry", attempt_id)
+
+
+def lock_job(job_id) -> None:
+    """Lock the job's row until the transaction ends: taken before any of its attempts' rows."""
+    list(TrainingJob.objects.select_for_update().filter(id=job_id).values_list("id", flat=True))
 
 
 def active_attempt(job: TrainingJob) -> Attempt | None:
@@ -228,7 +234,7 @@ def _restart_process(task_run: TaskRun, attempt: Attempt) -> None:
     # Only the decision is written here, whole (engine.write_control_file renames it into the
     # container's control dir, which the job cannot write). Ending the old run is the
     # launcher's: it knows which run is the old one.
-    engine.write_control_file(attempt.job_id, task_run.container_name, "decision", f"restart {attempt.number}\n")
+    engine.write_control_file(attempt.job_id, task_run.container_name, DECISION, restart_decision(attempt.number))
     # From the engine, not from an exec: no process of ours is in the container when the
     # launcher's kill -1 runs. (PID 1 ignores a signal it has no handler for.)
     try:
@@ -295,6 +301,9 @@ def start_attempt(attempt_id: int) -> bool:
         )
     now = timezone.now()
     with transaction.atomic():
+        # The job's row before the attempt's, the order the decision takes (supervise.py):
+        # a start and a stop's decision racing on one attempt wait for each other, never deadlock.
+        lock_job(job.id)
         moved = Attempt.objects.filter(id=attempt.id, state=Attempt.State.STARTING).update(
             state=Attempt.State.RUNNING, started_at=now
         )

@@ -1,11 +1,11 @@
 """The persisted log of a task run, and the follower that fills it.
 
-Each task run (one instance of one attempt) has an append-only file of lines
-`<docker timestamp in ns> <text>`. The database row holds the acknowledged
-length (bytes, lines, last timestamp): a line is pushed to browsers only after
-it is in the file and acknowledged, and a follower that resumes after a crash
-truncates anything unacknowledged and asks Docker again from the last
-acknowledged timestamp, so no line is lost or doubled.
+Each task run (one instance of one attempt) has an append-only file of records, one per
+Docker log frame: `<docker timestamp in ns><flag><the frame's bytes>` (logrecords.py). The
+database row holds the acknowledged length (bytes, records as log_lines, last timestamp): a
+record is pushed to browsers only after it is in the file and acknowledged, and a follower that
+resumes after a crash truncates anything unacknowledged and asks Docker again from the last
+acknowledged timestamp, so no record is lost or doubled.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,18 +30,15 @@ from django.utils import timezone
 from console import realtime
 from jobs.models import TaskRun
 
+from .logrecords import NEWLINE_SIGN, LogLine, encode_record, iter_records, read_tail
+
 log = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY_S = 2.0
 MAX_BATCH_LINES = 2000
 PUSH_MAX_LINES = 500
-
-
-@dataclass(frozen=True)
-class LogLine:
-    number: int  # 1-based within the task run
-    ts_ns: int
-    text: str
+PUSH_MAX_BYTES = 1024 * 1024
+TAIL_MAX_BYTES = 8 * 1024 * 1024  # tail_lines() reads at most this much
 
 
 def log_path(task_run: TaskRun) -> Path:
@@ -76,32 +72,52 @@ def docker_time(value: str | None):
     return datetime.fromtimestamp(ns / 1e9, tz=UTC)
 
 
+def parse_frame(frame: bytes) -> tuple[int, bool, bytes]:
+    """A Docker log frame `<RFC 3339 time> <payload>` -> (ts_ns, more, payload without its
+    newline); more: the frame did not end with a newline. Never raises (time 0 if unreadable)."""
+    head, _, payload = frame.partition(b" ")
+    try:
+        ts_ns = parse_docker_timestamp(head.decode("ascii"))
+    except (ValueError, UnicodeDecodeError):
+        ts_ns = 0
+    more = not payload.endswith(b"\n")
+    if not more:
+        payload = payload[:-1]
+    if b"\n" in payload:  # never from Docker, which splits on newlines: kept visible, one record
+        payload = payload.replace(b"\n", NEWLINE_SIGN)
+    return ts_ns, more, payload
+
+
 def split_frame(frame: bytes) -> tuple[int, str]:
-    text = frame.decode("utf-8", errors="replace").rstrip("\n")
-    ts, _, rest = text.partition(" ")
-    return parse_docker_timestamp(ts), rest
+    """A Docker log frame -> (ts_ns, the payload as text, without its newline)."""
+    ts_ns, _, payload = parse_frame(frame)
+    return ts_ns, payload.decode("utf-8", errors="replace")
 
 
 def read_lines(task_run: TaskRun, after: int = 0, limit: int | None = None) -> list[LogLine]:
-    """Acknowledged lines numbered after `after` (at most `limit`)."""
+    """Acknowledged records numbered after `after` (at most `limit`), one per Docker frame.
+    Near the end it reads backwards (bounded by TAIL_MAX_BYTES); from further back it streams
+    the file from the start: for tests and tools (log pages read by offset: jobs/logstream.py)."""
     path = log_path(task_run)
-    if task_run.log_bytes == 0 or not path.exists():
+    wanted = task_run.log_lines - after
+    if task_run.log_bytes == 0 or wanted <= 0:
         return []
-    with open(path, "rb") as f:
-        data = f.read(task_run.log_bytes)
+    if limit is None and wanted <= 10_000:
+        tail = read_tail(path, task_run.log_bytes, task_run.log_lines, wanted, TAIL_MAX_BYTES)
+        if tail.records and tail.records[0].number == after + 1:
+            return tail.records
     out: list[LogLine] = []
-    for number, raw in enumerate(data.splitlines(), start=1):
-        if number <= after:
-            continue
-        ts, _, text = raw.decode("utf-8", errors="replace").partition(" ")
-        out.append(LogLine(number, int(ts), text))
-        if limit is not None and len(out) >= limit:
-            break
+    for record in iter_records(path, 0, task_run.log_bytes):
+        if record.number > after:
+            out.append(record)
+            if limit is not None and len(out) >= limit:
+                break
     return out
 
 
 def tail_lines(task_run: TaskRun, count: int) -> list[LogLine]:
-    return read_lines(task_run, after=max(0, task_run.log_lines - count))
+    """The last `count` acknowledged records (fewer when they exceed TAIL_MAX_BYTES)."""
+    return read_tail(log_path(task_run), task_run.log_bytes, task_run.log_lines, count, TAIL_MAX_BYTES).records
 
 
 class _Reader(threading.Thread):
@@ -266,11 +282,15 @@ class Follower:
         await_start = resumed and task_run.reuses_container and task_run.log_lines == 0
         attempt_number = task_run.attempt.number
         # Lines older than the resume point arrive again when resuming: skip
-        # those up to and including what was acknowledged.
+        # those up to and including what was acknowledged. Only then: later on, an older
+        # timestamp is the next chunk of a long line (Docker stamps every chunk of a line with
+        # its first one's time) that another stream's line came between, and is kept.
         skip_equal = state["last_ts_count"] if resumed else 0
+        resuming = resumed and state["last_ts"] > 0
         last_beat = time.monotonic()
         ended = False
         last_probe = last_beat
+        report_seen_at: float | None = None  # the report said "exited" while lines still came
         while not ended:
             batch: list[bytes] = []
             try:
@@ -294,25 +314,28 @@ class Follower:
             chunks: list[bytes] = []
             process_exit: ProcessExited | None = None
             for position, frame in enumerate(batch):
-                ts_ns, text = split_frame(frame)
+                ts_ns, more, payload = parse_frame(frame)
+                text = payload.decode("utf-8", errors="replace")
                 if await_start:
                     started = PROCESS_RESTART_RE.match(text)
                     if not started or int(started.group(1)) != attempt_number:
                         continue  # the previous run's, persisted by its own follower
                     await_start = False
-                if ts_ns < state["last_ts"]:
-                    continue
-                if ts_ns == state["last_ts"]:
-                    if skip_equal > 0:
+                if resuming:
+                    if ts_ns < state["last_ts"]:
+                        continue
+                    if ts_ns == state["last_ts"] and skip_equal > 0:
                         skip_equal -= 1
                         continue
+                    resuming = False
+                if ts_ns == state["last_ts"]:
                     state["last_ts_count"] += 1
-                else:
+                elif ts_ns > state["last_ts"]:
                     state["last_ts"], state["last_ts_count"] = ts_ns, 1
-                    skip_equal = 0
                 state["lines"] += 1
-                chunks.append(f"{ts_ns} {text}\n".encode())
-                new_lines.append(LogLine(state["lines"], ts_ns, text))
+                chunks.append(encode_record(ts_ns, more, payload))
+                offset = new_lines[-1].end if new_lines else state["bytes"]
+                new_lines.append(LogLine(state["lines"], ts_ns, payload, more, offset, len(chunks[-1])))
                 if PROCESS_EXIT_RE.search(text) and (reported := self.waiting_exit(task_run)) is not None:
                     # The launcher's marker of a reported exit: lines after it belong to whatever
                     # comes next; put them back in front of the queue's remaining frames.
@@ -344,20 +367,36 @@ class Follower:
             if not ended and (not batch or now - last_probe >= HEARTBEAT_EVERY_S):
                 # A reported exit whose marker never came as a line of its own (glued to a
                 # partial line, acknowledged before a crash, or drowned by a daemon that goes on
-                # printing) is taken once the stream is quiet, or at the next heartbeat.
+                # printing) is taken once the stream was quiet for a heartbeat, or when a
+                # heartbeat later the marker has still not come. (Not at once: the launcher
+                # prints the marker just after its report, and the lines before the marker are
+                # the ended run's.)
                 last_probe = now
                 reported = self.waiting_exit(task_run)
-                if reported is not None:
+                if reported is None:
+                    report_seen_at = None
+                elif not batch or (report_seen_at is not None and now - report_seen_at >= HEARTBEAT_EVERY_S):
                     raise reported
+                elif report_seen_at is None:
+                    report_seen_at = now
             if on_tick is not None and not ended:
                 on_tick(task_run, bool(new_lines))
         self.close_stream()
 
 
 def push_lines(task_run: TaskRun, lines: list[LogLine]) -> None:
+    """Tell the log's websockets about acknowledged records: parts of at most PUSH_MAX_LINES
+    records or about PUSH_MAX_BYTES, each with where its first record starts in the file
+    (offset: a consumer that missed a part reads it from there); records as [ts_ns, more,
+    payload bytes] (jobs/logstream.py push_records)."""
     group = realtime.log_group(task_run.attempt.job_id, task_run.index)
-    for start in range(0, len(lines), PUSH_MAX_LINES):
-        part = lines[start : start + PUSH_MAX_LINES]
+    start = 0
+    while start < len(lines):
+        stop, size = start, 0
+        while stop < len(lines) and stop - start < PUSH_MAX_LINES and (size < PUSH_MAX_BYTES or stop == start):
+            size += lines[stop].size
+            stop += 1
+        part = lines[start:stop]
         realtime.publish(
             group,
             {
@@ -365,10 +404,16 @@ def push_lines(task_run: TaskRun, lines: list[LogLine]) -> None:
                 "task_run": task_run.id,
                 "attempt": task_run.attempt.number,
                 "first": part[0].number,
-                "lines": [[line.ts_ns, line.text] for line in part],
+                "offset": part[0].offset,
+                "lines": [[line.ts_ns, line.more, line.payload] for line in part],
             },
         )
+        start = stop
 
 
 def recent_text(task_run: TaskRun, count: int = 50) -> tuple[str, ...]:
-    return tuple(deque((line.text for line in tail_lines(task_run, count)), maxlen=count))
+    """The text of the last `count` lines as a terminal shows them (progress bars in their last
+    state, colours stripped), from a bounded tail: what failure classification reads."""
+    from .logview import tail_texts  # logview renders through the terminal, which reads records
+
+    return tuple(tail_texts(task_run, count))

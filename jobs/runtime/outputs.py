@@ -32,7 +32,8 @@ from jobs.models import FINAL_PHASES, RETAINED_PHASES, EventKind, Phase, TaskRun
 
 from . import hostpaths
 from .lifecycle import announce
-from .logs import LogLine, log_path
+from .logrecords import LogLine, iter_raw, iter_records, offset_of_time
+from .logs import log_path
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,6 @@ ENDED_PHASES = FINAL_PHASES | RETAINED_PHASES
 # has completed too, it only keeps its containers a while longer.
 PUBLISHABLE_PHASES = {Phase.COMPLETED, Phase.COMPLETED_RETAINED}
 DEFAULT_LOG_RETENTION_S = 30 * 86400
-READ_CHUNK_BYTES = 1024 * 1024
 TIME_RANGE_SETTING = "log_time_range_download"
 
 
@@ -237,52 +237,49 @@ def delete_logs(job_id) -> bool:
 
 # -- reading logs ---------------------------------------------------------------------------------------
 def iter_log(task_run: TaskRun, start_ns: int | None = None, end_ns: int | None = None) -> Iterator[LogLine]:
-    """The acknowledged lines of a task run between two times (inclusive), read in chunks so
-    that a large log is streamed, not loaded. Lines are in time order (the follower never
-    appends an older line), so reading stops at the first line after end_ns."""
-    remaining = task_run.log_bytes
-    if remaining <= 0:
+    """The acknowledged records of a task run between two times (inclusive), streamed from the
+    file in blocks. Records are in time order (the follower never appends an older one), so
+    reading stops at the first record after end_ns."""
+    for record in iter_records(log_path(task_run), 0, task_run.log_bytes):
+        if end_ns is not None and record.ts_ns > end_ns:
+            return
+        if start_ns is None or record.ts_ns >= start_ns:
+            yield record
+
+
+def raw_log(task_run: TaskRun, start_ns: int | None = None, end_ns: int | None = None) -> Iterator[bytes]:
+    """Exactly the bytes the job printed (logrecords.iter_raw), whole or between two times
+    (inclusive): the ends are found by a binary search over the file, the bytes streamed."""
+    path, size = log_path(task_run), task_run.log_bytes
+    if size <= 0:
         return
-    try:
-        f = open(log_path(task_run), "rb")
-    except FileNotFoundError:  # deleted by retention
-        return
-    with f:
-        number = 0
-        pending = b""
-        while remaining > 0:
-            chunk = f.read(min(READ_CHUNK_BYTES, remaining))
-            if not chunk:
-                break
-            remaining -= len(chunk)
-            *complete, pending = (pending + chunk).split(b"\n")
-            for raw in complete:
-                number += 1
-                ts_text, _, text = raw.decode("utf-8", errors="replace").partition(" ")
-                ts = int(ts_text)
-                if end_ns is not None and ts > end_ns:
-                    return
-                if start_ns is None or ts >= start_ns:
-                    yield LogLine(number, ts, text)
+    start = 0 if start_ns is None else offset_of_time(path, start_ns, size)
+    end = size if end_ns is None else offset_of_time(path, end_ns + 1, size, start)
+    yield from iter_raw(path, start, end, size)
 
 
 def instance_log(
     job: TrainingJob, index: int, start_ns: int | None = None, end_ns: int | None = None, separators: bool = True
-) -> Iterator[str]:
-    """The log of one instance across all attempts, as text lines. A separator names each
-    attempt; within a time range only attempts with lines in it get one."""
+) -> Iterator[bytes]:
+    """The log of one instance across all attempts, as the bytes its processes printed. A
+    separator line names each attempt; within a time range only attempts with output in it
+    get one; a separator after output that did not end with a newline starts a line of its own."""
     runs = TaskRun.objects.filter(attempt__job=job, index=index).select_related("attempt", "host")
     ranged = start_ns is not None or end_ns is not None
+    ends_line = True
     for run in runs.order_by("attempt__number"):
-        header = f"# attempt {run.attempt.number} on {run.host.name}, container {run.container_name}\n"
-        if separators and not ranged:
-            yield header
+        host = run.host.name if run.host_id else ""
+        header = f"# attempt {run.attempt.number} on {host}, container {run.container_name}\n".encode()
         first = True
-        for line in iter_log(run, start_ns, end_ns):
-            if first and separators and ranged:
-                yield header
+        for chunk in raw_log(run, start_ns, end_ns):
+            if first and separators:
+                yield header if ends_line else b"\n" + header
             first = False
-            yield line.text + "\n"
+            ends_line = chunk.endswith(b"\n")
+            yield chunk
+        if first and separators and not ranged:
+            yield header if ends_line else b"\n" + header
+            ends_line = True
 
 
 class LogRequestRefused(Exception):

@@ -194,11 +194,19 @@ def preempt_for(waiting: TrainingJob, *, for_recovery: bool = False) -> str:
         capacities = freed(capacities, in_flight)
     victims = choose_victims(request, capacities, candidates)
     now = timezone.now()
+    # A victim whose attempt row is locked is being decided (it ended meanwhile): skip it rather
+    # than wait, since its decision may wait for the placement lock this scheduler holds.
+    free = set(
+        Attempt.objects.select_for_update(skip_locked=True)
+        .filter(id__in=[v.attempt_id for v in victims])
+        .values_list("id", flat=True)
+    )
     claimed = [
         v
         for v in victims
+        if v.attempt_id in free
         # Conditional: a victim that ended, restarted or was stopped meanwhile is left alone.
-        if Attempt.objects.filter(
+        and Attempt.objects.filter(
             id=v.attempt_id,
             state=Attempt.State.RUNNING,
             preempted_at=None,

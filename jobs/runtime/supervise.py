@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from faulttolerance import classify as c
 from faulttolerance.models import RecoveryRecord
-from faulttolerance.policy import Counters, Decision, Policy, decide
+from faulttolerance.policy import Counters, Decision, Policy, decide, escalate
 from jobs import events
 from jobs.models import Attempt, EventKind, Phase, TaskRun, TrainingJob
 
@@ -38,7 +38,7 @@ from .lifecycle import (
     stop_attempt_containers,
     stop_reason,
 )
-from .logs import Follower, ProcessExited, docker_time, log_path, recent_text
+from .logs import Follower, ProcessExited, docker_time, recent_text
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ def follow_task_run(task_run_id: int) -> bool:
     watch = _hang_watch(task_run)
     sampler: Sampler | None = None
     container = None
+    drained = False
 
     def on_tick(current: TaskRun, got_lines: bool) -> None:
         if watch.tick(None, got_lines):
@@ -103,6 +104,12 @@ def follow_task_run(task_run_id: int) -> bool:
             if container.status in ("running", "restarting", "paused"):
                 task_run.refresh_from_db()
                 continue  # the stream ended early; the container is still alive
+            if not drained:
+                # Docker's follow stream can end before the entry written at the container's
+                # exit (output without a final newline): read once more from the last line taken.
+                drained = True
+                task_run.refresh_from_db()
+                continue
             _mark_exited(task_run, container)
             break
     finally:
@@ -230,16 +237,10 @@ def work_lost_steps(task_run: TaskRun) -> int | None:
     `[progress] step=N` minus its last `[checkpoint] saved step=C` (or the step it resumed
     from, or 0 when it started without a checkpoint). None when the job reports no
     steps or no checkpoint line is within the scanned tail."""
-    path = log_path(task_run)
-    if task_run.log_bytes == 0 or not path.exists():
-        return None
-    start = max(0, task_run.log_bytes - WORK_LOST_SCAN_BYTES)
-    with open(path, "rb") as f:
-        f.seek(start)
-        data = f.read(task_run.log_bytes - start)
+    from .logview import tail_texts  # the lines as a terminal shows them (progress bars redrawn)
+
     progress = checkpoint = None
-    for raw in reversed(data.splitlines()):
-        text = raw.decode("utf-8", errors="replace").partition(" ")[2]  # "<ts_ns> <text>"
+    for text in reversed(tail_texts(task_run, None, WORK_LOST_SCAN_BYTES)):
         if progress is None and (m := PROGRESS_STEP_RE.match(text)):
             progress = int(m.group(1))
         elif checkpoint is None and (m := CHECKPOINT_STEP_RE.match(text)):
@@ -401,23 +402,19 @@ def _requeue_preempted(job: TrainingJob, attempt: Attempt, runs: list[TaskRun]) 
         attempt=attempt.number,
     )
     first = min(runs, key=lambda r: r.index)
-    RecoveryRecord.objects.create(
+    record = RecoveryRecord.from_decision(
         job=job,
-        failed_attempt=attempt,
-        detected_at=attempt.preempted_at or timezone.now(),
+        attempt=attempt,
+        decision=decision,
+        max_restarts=policy.max_restarts,
         failure_class=c.PREEMPTED,
         rule="preempted",
         explanation=f"Stopped by the scheduler to make room for {by_text} on pool {pool}.",
-        exit_code=first.exit_code,
+        detected_at=attempt.preempted_at,
         evidence={"preempted_by": by.name if by is not None else "", "preempted_by_id": str(by.id) if by else ""},
-        restart=decision.restart,
-        level=decision.level,
-        decision=decision.summary,
-        restarts_used_after=after.restarts_used,
-        max_restarts=policy.max_restarts,
-        hang_restarts_after=after.hang_restarts_used,
-        reschedules_after=after.reschedules_used,
     )
+    record.exit_code = first.exit_code  # the first instance's, whoever it was: no instance failed
+    record.save()
     announce(job.id)
     attempt_id, job_id = attempt.id, str(job.id)
     # The stopped containers hold nothing worth keeping (retention is for ended jobs), and the
@@ -516,58 +513,32 @@ def _decide_after_failure(job: TrainingJob, attempt: Attempt, failed_run: TaskRu
         lost = work_lost_steps(failed_run)
         if lost is not None:
             record_evidence["work_lost_steps"] = lost
-        RecoveryRecord.objects.create(
+        RecoveryRecord.from_decision(
             job=job,
-            failed_attempt=attempt,
-            detected_at=failed_run.ended_at or timezone.now(),
+            attempt=attempt,
+            decision=decision,
+            max_restarts=policy.max_restarts,
             failure_class=verdict.failure_class,
             rule=verdict.rule,
             explanation=failed_run.error or verdict.explanation,
-            task_index=failed_run.index,
-            exit_code=failed_run.exit_code,
-            oom_killed=failed_run.oom_killed,
+            detected_at=failed_run.ended_at,
+            failed_run=failed_run,
             matched_lines=verdict.matched_lines,
             evidence=record_evidence,
-            restart=decision.restart,
-            level=decision.level,
-            decision=decision.summary,
-            restarts_used_after=after.restarts_used,
-            max_restarts=policy.max_restarts,
-            hang_restarts_after=after.hang_restarts_used,
-            reschedules_after=after.reschedules_used,
             next_attempt=next_attempt,
-        )
+        ).save()
     return decision
 
 
 def _escalate(attempt: Attempt, decision: Decision, failure_class: str, stable: bool) -> Decision:
-    """SPEC §4's levels, escalating: process -> container -> job.
-
-    Process level is the first choice for a hang and for a first transient
-    failure while every container is still alive; container level when the
-    process level did not help or a container died; job level when the
-    container level did not help (env_check_failed and node_failure start
-    there). An attempt that ran for the stable window starts over.
-    """
-    if not decision.restart or decision.level in ("job", "reschedule") or failure_class == c.HANG:
-        return decision
-    alive = not (
+    """policy.escalate with what it needs from the database: whether every container of the
+    attempt is still alive (an instance ended in place keeps its container)."""
+    all_alive = not (
         attempt.task_runs.exclude(state__in=[TaskRun.State.RUNNING, TaskRun.State.CREATED])
         .filter(ended_in_place=False)
         .exists()
     )
-    previous = "initial" if stable else attempt.level
-    if previous == "process":
-        level = "container"
-    elif previous == "container":
-        level = "job"
-    elif failure_class == c.TRANSIENT and alive:
-        level = "process"
-    else:
-        level = decision.level
-    if level == "process" and not alive:
-        level = "container"
-    return Decision(decision.restart, level, decision.reason, decision.counters)
+    return escalate(decision, failure_class, previous_level=attempt.level, stable=stable, all_alive=all_alive)
 
 
 def _restart(job: TrainingJob, attempt: Attempt, decision: Decision, failed_run: TaskRun) -> tuple[Attempt | None, str]:

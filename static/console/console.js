@@ -1,5 +1,7 @@
 // Keeps the live log pane readable: follows the tail while the user is at the
-// bottom, and caps the DOM so a chatty job cannot freeze the page.
+// bottom, and caps the DOM so a chatty job cannot freeze the page. Attempt
+// separators stay: the server replaces a redrawn line (a progress bar) by its
+// number among the lines after its attempt's separator.
 (function () {
   const MAX_LINES = 5000;
   document.addEventListener("htmx:wsBeforeMessage", function () {
@@ -10,7 +12,15 @@
     const pane = document.getElementById("log-lines");
     if (!pane) return;
     let extra = pane.children.length - MAX_LINES;
-    while (extra-- > 0) pane.removeChild(pane.firstElementChild);
+    let node = pane.firstElementChild;
+    while (extra > 0 && node) {
+      const next = node.nextElementSibling;
+      if (!node.classList.contains("log-sep")) {
+        pane.removeChild(node);
+        extra--;
+      }
+      node = next;
+    }
     if (pane.dataset.follow !== "0") pane.scrollTop = pane.scrollHeight;
   });
 })();

@@ -1,0 +1,80 @@
+"""The container launcher (launcher.sh beside this file): what it is given and what it
+reports. Pure: jobs/runtime/ starts containers with it and reads its reports from the
+control dir (jobs/runtime/engine.py, reports.py); this module only knows the formats.
+
+The launcher runs the environment checks of SPEC §5 and the user's command; its reports
+are the only facts the console takes from inside a container (docs/decisions.md,
+"A trusted control channel").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+# The script without its comment lines: it travels in the container's command.
+LAUNCHER = "\n".join(
+    line for line in Path(__file__).with_name("launcher.sh").read_text().splitlines() if not line.startswith("#")
+)
+
+
+def check_environment(*, fault_tolerant: bool, pool, flavor) -> dict[str, str]:
+    """The launcher's settings for the SPEC §5 checks: thresholds from the pool (so small test
+    hosts can pass), the ulimit check for IB flavors, gpu-check for GPU flavors. With R = 0
+    nothing runs: no check and no process-level restart (seed 000, table 2)."""
+    return {
+        "MA_PROCESS_RESTART": "1" if fault_tolerant else "0",
+        "MA_ENV_CHECKS": "1" if fault_tolerant else "0",
+        "MA_CHECK_ROOT_GB": str(pool.check_root_gb),
+        "MA_CHECK_SHM_GB": str(pool.check_shm_gb),
+        "MA_CHECK_CACHE_GB": str(pool.check_cache_gb),
+        "MA_CHECK_ULIMIT": "1" if flavor and flavor.uses_ib else "0",
+        "MA_CHECK_GPU": "1" if flavor and flavor.gpus else "0",
+        "MA_CHECK_ULIMIT_MEMLOCK": str(pool.check_ulimit_memlock),
+        "MA_CHECK_ULIMIT_NOFILE": str(pool.check_ulimit_nofile),
+        "MA_CHECK_ULIMIT_STACK": str(pool.check_ulimit_stack),
+        "MA_CHECK_ULIMIT_NPROC": str(pool.check_ulimit_nproc),
+    }
+
+
+@dataclass(frozen=True)
+class ExitReport:
+    code: int
+    oom_killed: bool
+
+
+@dataclass(frozen=True)
+class EnvCheckReport:
+    passed: bool
+    detail: str  # "<item>: <why>" for a failure
+
+
+def exit_report_name(attempt_number: int) -> str:
+    return f"exit-{attempt_number}"
+
+
+ENV_CHECK_REPORT = "env-check"
+DECISION = "decision"
+
+
+def parse_exit_report(text: str | None) -> ExitReport | None:
+    """`<exit code> <0|1>` as the launcher writes it; None for anything else."""
+    parts = (text or "").split()
+    if len(parts) != 2 or not parts[0].isdigit() or parts[1] not in ("0", "1"):
+        return None
+    return ExitReport(int(parts[0]), parts[1] == "1")
+
+
+def parse_env_check_report(text: str | None) -> EnvCheckReport | None:
+    """`pass` or `fail <item>: <detail>`; None when the checks did not finish (or did not run)."""
+    text = (text or "").strip()
+    if text == "pass":
+        return EnvCheckReport(True, "")
+    if text.startswith("fail "):
+        return EnvCheckReport(False, text.removeprefix("fail ")[:500])
+    return None
+
+
+def restart_decision(attempt_number: int) -> str:
+    """What the console writes for a process-level restart as attempt N."""
+    return f"restart {attempt_number}\n"
