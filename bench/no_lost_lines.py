@@ -176,10 +176,7 @@ def main() -> int:
     ok_persisted = check("persisted log (API)", persisted, expected)
     shown = [int(t.split()[1]) for t in texts if t.startswith("line ")]
     ok_ws = (
-        shown == sorted(set(shown))
-        and bool(shown)
-        and shown[-1] == args.lines
-        and len(shown) + not_shown == args.lines
+        shown == sorted(set(shown)) and bool(shown) and shown[-1] == args.lines and len(shown) + not_shown == args.lines
     )
     print(
         f"  {'websocket stream':<28} {len(shown):>7} lines shown + {not_shown} counted as not shown: "
