@@ -81,7 +81,7 @@ def job_representation(job: TrainingJob) -> dict:
             "model_description": job.model_description,
             "version_description": job.version_description,
             # The version it will create; once published, the one it created (status.publish).
-            "version": job.published_version.label if job.published_version_id else job.publish_version,
+            "version": job.published_version.label if job.published_version_id else _publish_version(job),
         }
     prometheus = None
     if job.metrics_mode == TrainingJob.MetricsMode.HTTP:
@@ -160,6 +160,16 @@ def job_representation(job: TrainingJob) -> dict:
             "logs": logs_status(job),
         },
     }
+
+
+def _publish_version(job: TrainingJob) -> str:
+    """job.publish_version, from the list query's annotation when it has one (jobs.listing.for_api):
+    the property asks the model for its latest version, a query per listed job."""
+    if not hasattr(job, "publish_model_latest_number"):
+        return job.publish_version
+    if job.publish_as == TrainingJob.PublishAs.VERSION and job.publish_model_id:
+        return f"V{(job.publish_model_latest_number or 0) + 1}"
+    return "V1"
 
 
 def event_representation(event) -> dict:

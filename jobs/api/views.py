@@ -57,11 +57,12 @@ class TrainingJobList(APIView):
         query, errors = JobQuery.parse(request.query_params)
         if errors:
             return _error(status.HTTP_400_BAD_REQUEST, errors)
-        jobs = query.apply(
-            visible_jobs(request.user).filter(workspace=workspace).select_related("workspace", "created_by", "flavor")
-        )
+        jobs = visible_jobs(request.user).filter(workspace=workspace)
+        # The count and the page's ids from the sorted list, then the page's rows with everything the
+        # representation reads (jobs.listing.fetch_page, for_api): the same queries at any size.
         paginator = LimitOffsetPagination()
-        page = paginator.paginate_queryset(jobs, request, view=self)
+        ids = paginator.paginate_queryset(query.apply(jobs).values_list("pk", flat=True), request, view=self)
+        page = listing.fetch_page(ids, listing.for_api(jobs))
         return Response(
             {
                 "count": paginator.count,

@@ -8,7 +8,7 @@ from django.shortcuts import render
 from django.template.loader import render_to_string
 
 from jobs.access import visible_jobs, workspaces_of
-from jobs.listing import JobQuery
+from jobs.listing import JobQuery, fetch_page
 from jobs.models import Phase
 
 PAGE_SIZE = 25
@@ -17,8 +17,10 @@ PAGE_SIZE = 25
 def list_context(user, params) -> dict:
     """The job list for `user` under the query in `params` (the page's GET, or the websocket's query string)."""
     query, errors = JobQuery.parse(params)
-    jobs = query.apply(visible_jobs(user).select_related("workspace", "created_by"))
-    page = Paginator(jobs, PAGE_SIZE).get_page(params.get("page"))
+    jobs = visible_jobs(user)
+    # The count and the page's ids from the sorted list, then the page's rows (jobs.listing.fetch_page).
+    page = Paginator(query.apply(jobs).values_list("pk", flat=True), PAGE_SIZE).get_page(params.get("page"))
+    page.object_list = fetch_page(page.object_list, jobs.select_related("workspace"))
     for job in page:
         job.duration_text = _hms(job.duration())
     base = query.params()
