@@ -19,8 +19,8 @@ def start_attempt(attempt_id: int) -> bool:
 
 
 @shared_task
-def follow_task_run(task_run_id: int) -> bool:
-    return supervise.follow_task_run(task_run_id)
+def follow_task_run(task_run_id: int, drain: bool = False) -> bool:
+    return supervise.follow_task_run(task_run_id, drain=drain)
 
 
 @shared_task

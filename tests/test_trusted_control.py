@@ -225,10 +225,11 @@ def test_a_start_run_twice_at_once_makes_one_container_per_instance(demo, worker
     stop(job)
 
 
-def test_a_worker_killed_between_claim_and_decision_leaves_no_job_undecided(demo, celery_worker_process, monkeypatch):
+def test_a_worker_killed_between_claim_and_decision_leaves_no_job_undecided(demo, worker, docker_client, monkeypatch):
     """The worker dies right after it claimed the attempt's end (CONSOLE_CRASH_AT): the claim is
-    rolled back with it, and the next worker decides within a reconcile period."""
-    celery_worker_process.ensure_running()
+    rolled back with it, and the next worker decides within a reconcile period. (The `worker`
+    fixture removes the container the killed follower left behind.)"""
+    celery_worker_process = worker
     celery_worker_process.stop()
     monkeypatch.setenv("CONSOLE_CRASH_AT", "after-claim")
     celery_worker_process.start()
@@ -246,6 +247,15 @@ def test_a_worker_killed_between_claim_and_decision_leaves_no_job_undecided(demo
     assert job.phase == Phase.FAILED and job.restarts_used == 0
     assert job.attempts.get(number=1).outcome == Attempt.Outcome.FAILED
     assert job.recoveries.count() == 1
+    # The killed follower's run: its log drained by a new follower, its container removed.
+    run = TaskRun.objects.get(attempt__job=job)
+    wait_for(lambda: TaskRun.objects.get(id=run.id).follower_token is None, timeout=30, message="the drain")
+    assert "failing" in texts(job)
+    wait_for(
+        lambda: not docker_client.containers.list(all=True, filters={"name": f"^/{run.container_name}$"}),
+        timeout=20,
+        message="the container removed",
+    )
 
 
 def test_the_limits_of_a_job_without_a_flavor_show_in_the_wizard_and_the_admin(demo, client):

@@ -176,12 +176,17 @@ class Follower:
         self._pushback: deque = deque()  # frames read past a process-exit marker
 
     # -- claiming -----------------------------------------------------------
-    def claim(self) -> TaskRun | None:
+    def claim(self, *, ended: bool = False) -> TaskRun | None:
+        """Take the run when nobody follows it. ended: a run whose container ended while its
+        follower was dead (a worker killed): taken only to persist the rest of its log."""
         stale = timezone.now() - timezone.timedelta(seconds=settings.FOLLOWER_STALE_AFTER_S)
-        claimed = (
-            TaskRun.objects.filter(id=self.task_run_id, state=TaskRun.State.RUNNING)
-            .filter(Q(follower_heartbeat__isnull=True) | Q(follower_heartbeat__lt=stale))
-            .update(follower_token=self.token, follower_heartbeat=timezone.now())
+        runs = TaskRun.objects.filter(id=self.task_run_id)
+        if ended:
+            runs = runs.filter(state=TaskRun.State.EXITED, follower_token__isnull=False)
+        else:
+            runs = runs.filter(state=TaskRun.State.RUNNING)
+        claimed = runs.filter(Q(follower_heartbeat__isnull=True) | Q(follower_heartbeat__lt=stale)).update(
+            follower_token=self.token, follower_heartbeat=timezone.now()
         )
         if claimed != 1:
             return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from jobs.models import RETAINED_PHASES, Attempt, DockerHost, Phase, TaskRun, TrainingJob
@@ -67,6 +67,28 @@ def adopt_unfollowed_task_runs() -> bool:
 
 
 UNDECIDED_GRACE_S = 3
+
+
+def drain_dead_followers() -> bool:
+    """Runs whose container ended while their follower was dead (its worker was killed): the
+    lines the container wrote after the last one taken are persisted by a new follower, which
+    then removes the container (nothing else would: a followed run is not an orphan)."""
+    stale = timezone.now() - timezone.timedelta(seconds=settings.FOLLOWER_STALE_AFTER_S)
+    # Not when a later run restarted in the same container: its follower reads that container.
+    restarted_in_place = TaskRun.objects.filter(
+        container_id=OuterRef("container_id"),
+        attempt__job_id=OuterRef("attempt__job_id"),
+        attempt__number__gt=OuterRef("attempt__number"),
+    )
+    ids = list(
+        TaskRun.objects.filter(state=TaskRun.State.EXITED, follower_token__isnull=False)
+        .filter(Q(follower_heartbeat__isnull=True) | Q(follower_heartbeat__lt=stale))
+        .exclude(Exists(restarted_in_place))
+        .values_list("id", flat=True)[:100]
+    )
+    for task_run_id in ids:
+        _tasks().follow_task_run.delay(task_run_id, drain=True)
+    return bool(ids)
 
 
 def end_decided_attempts() -> bool:
@@ -228,6 +250,7 @@ STEPS = (
     schedule_pending_jobs,
     restart_stuck_starts,
     adopt_unfollowed_task_runs,
+    drain_dead_followers,
     end_decided_attempts,
     finish_terminations,
     stop_stale_preemptions,

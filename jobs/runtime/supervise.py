@@ -53,10 +53,11 @@ WORK_LOST_SCAN_BYTES = 2 * 1024 * 1024  # how far back from the end of the faile
 
 
 # -- following ---------------------------------------------------------------------
-def follow_task_run(task_run_id: int) -> bool:
-    """Persist a container's log until it ends, then record how it ended."""
-    follower = Follower(task_run_id, waiting_exit=_waiting_exit)
-    task_run = follower.claim()
+def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
+    """Persist a container's log until it ends, then record how it ended. drain: the run
+    ended while its follower was dead: persist what is left of its log, then clear up."""
+    follower = Follower(task_run_id, waiting_exit=None if drain else _waiting_exit)
+    task_run = follower.claim(ended=drain)
     if task_run is None:
         return False
     watch = _hang_watch(task_run)
