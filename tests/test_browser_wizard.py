@@ -19,10 +19,20 @@ def shot(page: Page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"wizard-{name}.png"), full_page=True)
 
 
+HTMX_BUSY = ".htmx-request, .htmx-swapping, .htmx-settling, .htmx-added"
+
+
+def htmx_idle(page: Page) -> None:
+    """Wait until htmx has swapped and settled: content it swapped in only reacts (hx-trigger)
+    once htmx processed it, and an event fired before that sends nothing."""
+    page.wait_for_function(f"() => !document.querySelector({HTMX_BUSY!r})")
+
+
 def step(page: Page, title: str):
-    """The visible step's section."""
+    """The visible step's section, once htmx is idle."""
     section = page.locator("section.step:not([hidden])")
     expect(section.get_by_role("heading", level=2)).to_contain_text(title)
+    htmx_idle(page)
     return section
 
 
