@@ -100,6 +100,13 @@ RULES: tuple[Rule, ...] = (
         log_pattern=re.compile(r"(Connection reset by peer|ECONNRESET).*", re.IGNORECASE),
     ),
     Rule(
+        "image-refused",
+        USER_ERROR,
+        "The image has a link where the console mounts its tools, its control dir, /cache or /etc/volcano: "
+        "the launcher refuses to run in it (rebuild the image without those links).",
+        log_pattern=re.compile(r"^\[console\] refused: "),
+    ),
+    Rule(
         "python-traceback",
         USER_ERROR,
         "The training script raised an exception (Python traceback).",

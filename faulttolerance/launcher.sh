@@ -1,23 +1,28 @@
 # The container's PID 1, run as root by the console's own static busybox:
 #   /.console/bin/busybox sh -c "$LAUNCHER" launcher
-# Nothing here runs a program of the job's image as root: every tool is an applet of
-# that busybox ($B), and the user's command runs as ma-user (uid 1000, no capabilities,
-# no-new-privileges), so it can neither signal this process nor write where it reports.
+# Nothing here runs a program of the job's image as root: that busybox is built
+# "standalone", so every tool called here (awk, df, mv, nsenter...) is its own applet,
+# whatever the image's PATH or files; the user's command runs as ma-user (uid 1000, no
+# capabilities, no-new-privileges), so it can neither signal this process nor write
+# where it reports.
 #
-# Trusted reports go to the control dir $RUN (/.console/run, a host folder the job can
-# read but not write; jobs/runtime/engine.py):
+# Trusted reports go to the control dir (/.console/run, a host folder the job can read
+# but not write; jobs/runtime/engine.py), by names relative to it (the launcher works
+# in it: a path the job renames later cannot redirect a report):
 #   env-check           "pass" or "fail <item>: <detail>" (SPEC §5 checks, when MA_ENV_CHECKS=1)
 #   exit-<attempt>      "<exit code> <1 if a process was OOM-killed, else 0>" when the user's
 #                       process of that attempt ended
 # Log lines ("[env-check] ...", "[console] ...") say the same for people; the console
 # never takes a fact from the log, which the job can print too.
 #
+# 0. Refuses (exit 87) an image that shadows the console's mounts with links: the tools,
+#    the control dir, /cache and /etc/volcano must be mount points where they are named.
 # 1. Pre-flight environment checks when MA_ENV_CHECKS=1: one `item` line per check; the
 #    first failure is reported, prints `error,exiting` and exits 86.
 # 2. Runs the user's command as a child. When it exits non-zero and process-level
 #    restarts are possible (MA_PROCESS_RESTART=1), reports the exit and waits for the
-#    supervisor's decision, which the console writes into $RUN/decision: "restart N"
-#    runs the command again in this same container as attempt N (process-level
+#    supervisor's decision, which the console writes into the control dir ("decision"):
+#    "restart N" runs the command again in this same container as attempt N (process-level
 #    restart); anything else, or no answer in time, ends the container with the
 #    command's exit code.
 #    A decision can also come while the command still runs (another instance failed,
@@ -26,13 +31,22 @@
 #    it again. Only the launcher kills: it knows which run is the old one.
 # docker stop's SIGTERM is forwarded to the child; the container then ends.
 
-B=/.console/bin/busybox
-RUN=/.console/run
-
 say() { echo "[console] $*"; }
 item() { echo "[env-check] item: $1, result: $2${3:+, $3}"; }
+refuse() { say "refused: $*"; exit 87; }
+
+# Applets only (standalone busybox): with no PATH, a tool that is not an applet is not found.
+PATH= awk 'BEGIN { exit 0 }' 2>/dev/null || refuse "the console's busybox is not a standalone build"
+# Where the console mounted its tools, the control dir, /cache and /etc/volcano: an image
+# with a link at one of these paths would have moved the mount where the job can reach it.
+awk '$5 == "/.console/bin" { b = 1 } $5 == "/.console/run" { r = 1 } $5 == "/cache" { c = 1 }
+     $5 == "/etc/volcano" { v = 1 } END { exit !(b && r && c && v) }' /proc/self/mountinfo ||
+  refuse "the image has a link at /.console, /cache or /etc/volcano (the console's mounts): rebuild it without"
+workdir=$PWD
+cd /.console/run || refuse "no control dir"
+
 # report NAME TEXT: written whole (write, then rename), so a reader never sees half of it.
-report() { echo "$2" >"$RUN/.$1.tmp" && $B mv -f "$RUN/.$1.tmp" "$RUN/$1"; }
+report() { echo "$2" >".$1.tmp" && mv -f ".$1.tmp" "$1"; }
 fail_check() {
   item "$1" fail "$2"
   report env-check "fail $1: $2"
@@ -41,35 +55,35 @@ fail_check() {
 }
 
 # Free space or size of a mount point in KB (POSIX df -P: 1024-blocks; size is column 2, available 4).
-disk_kb() { $B df -Pk "$2" 2>/dev/null | $B awk -v col="$1" 'NR==2 { print $col }'; }
+disk_kb() { df -Pk "$2" 2>/dev/null | awk -v col="$1" 'NR==2 { print $col }'; }
 
 resolves() {
-  $B grep -qE "(^|[[:space:]])$1([[:space:]]|\$)" /etc/hosts 2>/dev/null && return 0
-  $B nslookup "$1" >/dev/null 2>&1 && return 0
+  grep -qE "(^|[[:space:]])$1([[:space:]]|\$)" /etc/hosts 2>/dev/null && return 0
+  nslookup "$1" >/dev/null 2>&1 && return 0
   return 1
 }
 
 check_dns() {
   names=""
   for f in /etc/volcano/*.host; do
-    [ -f "$f" ] && names="$names $($B cat "$f")"
+    [ -f "$f" ] && names="$names $(cat "$f")"
   done
   # The other instances join the job's network as they start: a name gets a while to resolve.
-  deadline=$(($($B date +%s) + ${MA_CHECK_DNS_WAIT_S:-30}))
+  deadline=$(($(date +%s) + ${MA_CHECK_DNS_WAIT_S:-30}))
   for n in $names; do
     until resolves "$n"; do
-      [ "$($B date +%s)" -lt "$deadline" ] || fail_check dns "host name $n does not resolve"
-      $B sleep 0.2
+      [ "$(date +%s)" -lt "$deadline" ] || fail_check dns "host name $n does not resolve"
+      sleep 0.2
     done
   done
-  item dns pass "$(echo $names | $B wc -w | $B tr -d ' ') host names resolve"
+  item dns pass "$(echo $names | wc -w | tr -d ' ') host names resolve"
 }
 
 check_disk() {  # name path minimum-GB measure(free|size)
   if [ "$4" = size ]; then kb=$(disk_kb 2 "$2"); else kb=$(disk_kb 4 "$2"); fi
   [ -n "$kb" ] || fail_check "disk-size $1" "$2 is not mounted"
-  got=$($B awk -v kb="$kb" 'BEGIN { printf "%.1f", kb / 1048576 }')
-  $B awk -v kb="$kb" -v min="$3" 'BEGIN { exit !(kb > min * 1048576) }' ||
+  got=$(awk -v kb="$kb" 'BEGIN { printf "%.1f", kb / 1048576 }')
+  awk -v kb="$kb" -v min="$3" 'BEGIN { exit !(kb > min * 1048576) }' ||
     fail_check "disk-size $1" "$2 has $got GB $4, needs more than $3 GB"
   item "disk-size $1" pass "$2 has $got GB $4 (> $3 GB)"
 }
@@ -87,7 +101,7 @@ check_ulimit() {
 
 check_gpu() {
   # Device nodes only: the engine puts them in /dev; the image's nvidia-smi is the job's program.
-  count=$($B ls /dev 2>/dev/null | $B grep -cE '^nvidia[0-9]+$')
+  count=$(ls /dev 2>/dev/null | grep -cE '^nvidia[0-9]+$')
   if [ "${count:-0}" -gt 0 ]; then
     item gpu-check pass "$count GPU device(s) visible"
   else
@@ -97,8 +111,8 @@ check_gpu() {
 
 # What the job may write but not change: /cache is ma-user's (a fresh volume's root is
 # root's), /etc/volcano (root's tmpfs) holds the instance host names for the dns check.
-$B chown 1000:1000 /cache 2>/dev/null
-if [ -n "${MA_VOLCANO_HOSTS:-}" ] && [ -d /etc/volcano ]; then
+chown -h 1000:1000 /cache 2>/dev/null
+if [ -n "${MA_VOLCANO_HOSTS:-}" ]; then
   for n in $MA_VOLCANO_HOSTS; do echo "$n"; done >"/etc/volcano/${MA_JOB_NAME:-job}.host"
 fi
 
@@ -115,7 +129,7 @@ fi
 # The kernel's count of OOM kills in this container's cgroup (v1 or v2): a child killed
 # for memory leaves the container alive, so Docker's OOMKilled flag stays false.
 oom_kills() {
-  $B awk '/^oom_kill / { print $2; exit }' /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events \
+  awk '/^oom_kill / { print $2; exit }' /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events \
     2>/dev/null || echo 0
 }
 
@@ -126,22 +140,24 @@ trap ': a decision was written' USR1  # a handler, so that it interrupts wait
 run=0
 while :; do
   run=$((run + 1))
-  # A decision is removed before the run it started: never one that came before the first run
-  # (another instance failed while this one ran its checks): that one ends run 1 at once.
-  [ "$run" -gt 1 ] && $B rm -f "$RUN/decision"
-  # The supervisor's follower starts the new run's log at this line (it names the attempt).
-  [ "$run" -gt 1 ] && say "process restarted in the same container (run $run, attempt $MA_ATTEMPT)"
+  if [ "$run" -gt 1 ]; then
+    # Nothing of the previous run survives into this one (its daemons hold GPUs and ports).
+    kill -KILL -1 2>/dev/null
+    # The supervisor's follower starts the new run's log at this line (it names the attempt).
+    say "process restarted in the same container (run $run, attempt $MA_ATTEMPT)"
+  fi
   export MA_PROCESS_RUN=$run
   ooms_before=$(oom_kills)
-  # As ma-user, with no supplementary groups; `sh` is the image's own shell.
-  $B nsenter -F -S 1000 -G 1000 sh -c "$MA_USER_COMMAND" &
+  # As ma-user, with no supplementary groups, in the image's working dir; the image's own
+  # /bin/sh (by its path: the applet would be busybox's shell).
+  (cd "$workdir" 2>/dev/null; exec nsenter -F -S 1000 -G 1000 /bin/sh -c "$MA_USER_COMMAND") &
   child=$!
   # wait returns early when a trapped signal arrives: wait until the child is gone.
   while :; do
-    # A decision while the command runs ends it (checked before every wait: the
-    # signal may have come before this one started). The decision is removed only
-    # before a new run starts, so this never ends a run started for it.
-    [ -f "$RUN/decision" ] && kill -KILL -1 2>/dev/null
+    # A decision while the command runs ends it (checked before every wait: the signal may
+    # have come before this one started, even before the first run). A decision is taken
+    # (moved away) only once the run it ends is over, so this never ends a run started for it.
+    [ -f decision ] && kill -KILL -1 2>/dev/null
     wait "$child"
     code=$?
     kill -0 "$child" 2>/dev/null || break
@@ -158,12 +174,13 @@ while :; do
   waited=0
   decision=""
   while [ "$waited" -lt "${MA_DECISION_TIMEOUT_TICKS:-600}" ]; do
-    if [ -f "$RUN/decision" ]; then
-      decision=$($B cat "$RUN/decision")
+    # Taken whole: a newer decision written meanwhile is not lost with this one.
+    if mv -f decision .decision.taken 2>/dev/null; then
+      decision=$(cat .decision.taken)
       break
     fi
     [ "$stopping" = 1 ] && break
-    $B sleep 0.05
+    sleep 0.05
     waited=$((waited + 1))
   done
   case "$decision" in

@@ -309,7 +309,8 @@ def write_text(url: str, text: str) -> None:
                 if stat.S_ISDIR(st.st_mode):
                     raise StorageError(f"'{url}' is a folder.")
                 # Keep the file's mode: saving run.sh from the editor must not drop its execute bit.
-                mode = stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else 0o666 & ~_umask()
+                # The file's permissions, without setuid/setgid/sticky bits a job may have set.
+                mode = (st.st_mode & 0o777) if stat.S_ISREG(st.st_mode) else 0o666 & ~_umask()
             except FileNotFoundError:
                 mode = 0o666 & ~_umask()  # a new file: what a plain open() would have made
             # A unique temporary name and a rename: two saves of one file at once never mix.

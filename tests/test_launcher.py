@@ -4,6 +4,8 @@ busybox container the way the console runs it: as root, on the console's own bus
 machine has no GPU, so gpu-check must fail."""
 
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import docker
@@ -17,11 +19,13 @@ from tests.pytest_env import TEST_LABEL, TMP
 LOW = {"MA_CHECK_ROOT_GB": "0.1", "MA_CHECK_SHM_GB": "0.5", "MA_CHECK_CACHE_GB": "0.1"}
 
 
-def run_launcher(docker_client, env: dict, *, control: Path | None = None, **kwargs) -> tuple[int, list[str]]:
+def run_launcher(
+    docker_client, env: dict, *, control: Path | None = None, image: str = BUSYBOX, **kwargs
+) -> tuple[int, list[str]]:
     control = control or Path(tempfile.mkdtemp(dir=TMP, prefix="control-"))
     control.chmod(0o755)
     container = docker_client.containers.run(
-        BUSYBOX,
+        image,
         [engine.BUSYBOX, "sh", "-c", LAUNCHER, "launcher"],
         environment={
             "MA_ENV_CHECKS": "1",
@@ -168,3 +172,87 @@ def test_a_hostile_command_cannot_forge_the_reports_or_stop_the_launcher(client)
     assert (control / "env-check").read_text().strip() == "pass"
     assert (control / "exit-1").read_text().strip() == "5 0"
     assert not (control / "decision").exists()
+
+
+def hostile_image(client, tag: str, links: dict[str, str], base: str = BUSYBOX) -> str:
+    """An image with symbolic links at the given paths (path -> target), built from a tar
+    layer (no RUN: nothing runs while building)."""
+    import io
+    import tarfile
+
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w") as tar:
+        for path, target in links.items():
+            entry = tarfile.TarInfo(path.lstrip("/"))
+            entry.type, entry.linkname = tarfile.SYMTYPE, target
+            tar.addfile(entry)
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        for name, data in (("Dockerfile", f"FROM {base}\nADD links.tar /\n".encode()), ("links.tar", layer.getvalue())):
+            entry = tarfile.TarInfo(name)
+            entry.size = len(data)
+            tar.addfile(entry, io.BytesIO(data))
+    context.seek(0)
+    client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True, network_mode="none")
+    return tag
+
+
+@pytest.mark.parametrize(
+    "links",
+    [
+        {"/cache": "/.console/run"},  # chown of /cache would hand the control dir to the job
+        {"/.console": "/home/ma-user/x"},  # the job could rename the tools' folder and plant its own
+        {"/etc/volcano": "/tmp/v"},
+    ],
+    ids=["cache-to-control-dir", "console-into-home", "volcano-to-tmp"],
+)
+def test_an_image_with_links_at_the_consoles_mounts_is_refused(client, links):
+    tag = f"console-test/hostile-{abs(hash(tuple(links.items())))}:latest"
+    hostile_image(client, tag, links)
+    control = Path(tempfile.mkdtemp(dir=TMP, prefix="control-"))
+    try:
+        code, lines = run_launcher(client, {"MA_USER_COMMAND": "echo user command ran"}, control=control, image=tag)
+    finally:
+        client.images.remove(tag, force=True)
+    assert code == 87, lines
+    assert any(line.startswith("[console] refused: the image has a link at /.console") for line in lines), lines
+    assert "user command ran" not in lines
+    assert sorted(p.name for p in control.iterdir()) == []  # no report: nothing ran
+    assert (control.stat().st_uid, oct(control.stat().st_mode & 0o777)) == (0, "0o755")
+
+
+def test_the_command_runs_in_the_images_own_shell(client):
+    from tests.conftest import PYTHON_IMAGE
+
+    code, lines = run_launcher(
+        client,
+        {"MA_ENV_CHECKS": "0", "MA_USER_COMMAND": "readlink /proc/$$/exe; ls --version | head -1"},
+        image=PYTHON_IMAGE,
+    )
+    assert code == 0, lines
+    assert lines[0] == "/usr/bin/dash" and "GNU coreutils" in lines[1], lines
+
+
+def test_a_process_restart_ends_what_the_previous_run_left_running(client):
+    """Run 1 leaves a daemon and fails; the decision restarts it in place: run 2 finds it gone."""
+    control = Path(tempfile.mkdtemp(dir=TMP, prefix="control-"))
+    command = (
+        'if [ "$MA_ATTEMPT" = 1 ]; then sleep 1000 & echo $! > /tmp/daemon; exit 1; fi; '
+        'if kill -0 "$(cat /tmp/daemon)" 2>/dev/null; then echo daemon-alive; else echo daemon-gone; fi'
+    )
+
+    def decide() -> None:  # as the console does once run 1 reported its exit
+        deadline = time.monotonic() + 20
+        while not (control / "exit-1").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        (control / "decision.new").write_text("restart 2\n")
+        (control / "decision.new").rename(control / "decision")
+
+    threading.Thread(target=decide, daemon=True).start()
+    code, lines = run_launcher(
+        client, {"MA_ENV_CHECKS": "0", "MA_PROCESS_RESTART": "1", "MA_USER_COMMAND": command}, control=control
+    )
+    assert code == 0, lines
+    assert "daemon-gone" in lines and "daemon-alive" not in lines
+    assert (control / "exit-1").read_text().strip() == "1 0"
+    assert (control / "exit-2").read_text().strip() == "0 0"

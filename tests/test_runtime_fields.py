@@ -187,6 +187,7 @@ def test_nfs_file_system_mount_kwargs_only_no_nfs_server_to_mount_here(demo):
             },
             # labelled with the job, so cleanup.py finds (and removes) it once the job ended
             "Labels": volume_labels(job, "nfs"),
+            "NoCopy": True,  # the image's files never land on the export
         },
     }
     whole = mounts["/mnt/turbo-all"]

@@ -50,8 +50,9 @@ def test_a_printed_exit_marker_does_not_end_a_running_job(demo, worker, docker_c
     wait_for(lambda: "still-running" in texts(job), timeout=30, message="the forged lines persisted")
     # Longer than the follower's heartbeat (2 s), when it would take a reported exit anyway.
     run = TaskRun.objects.get(attempt__job=job)
-    wait_for(lambda: TaskRun.objects.get(id=run.id).follower_heartbeat != run.follower_heartbeat, timeout=10)
-    wait_for(lambda: TaskRun.objects.get(id=run.id).follower_heartbeat != run.follower_heartbeat, timeout=10)
+    for _ in range(2):
+        beat = TaskRun.objects.get(id=run.id).follower_heartbeat
+        wait_for(lambda: TaskRun.objects.get(id=run.id).follower_heartbeat != beat, timeout=10)
     assert reload(job).phase == Phase.RUNNING, job.phase_reason
     assert TaskRun.objects.get(id=run.id).state == TaskRun.State.RUNNING
     assert job.attempts.count() == 1 and not job.recoveries.exists() and job.restarts_used == 0
@@ -122,13 +123,18 @@ def test_two_instances_reach_each_other_and_nothing_of_the_host(demo, worker, li
         for a in addresses
         for p in ports
     )
+    # Rank 0 serves (persistently: a connection that read nothing may be retried) until rank 1
+    # says, through the job data dir both instances share, that it heard it.
     command = (
-        'if [ "$RANK" = 0 ]; then timeout 30 nc -l -p "$MASTER_PORT" -e echo "hello from $(hostname)" & fi; '
+        'if [ "$RANK" = 0 ]; then timeout 40 nc -ll -p "$MASTER_PORT" -e echo "hello from $(hostname)" & '
+        "server=$!; fi; "
         f"{probes}; "
         'if [ "$RANK" = 1 ]; then i=0; '
         'until nc -w 2 "$MASTER_ADDR" "$MASTER_PORT" </dev/null >/tmp/got 2>/dev/null && [ -s /tmp/got ]; do '
-        'i=$((i+1)); [ $i -gt 50 ] && break; sleep 0.2; done; echo "peer said: $(cat /tmp/got)"; fi; '
-        'if [ "$RANK" = 0 ]; then wait; fi; echo "master was $MASTER_ADDR:$MASTER_PORT"'
+        'i=$((i+1)); [ $i -gt 100 ] && break; sleep 0.2; done; echo "peer said: $(cat /tmp/got)"; '
+        "touch /job-data/heard; fi; "
+        'if [ "$RANK" = 0 ]; then i=0; until [ -f /job-data/heard ] || [ $i -gt 200 ]; do i=$((i+1)); sleep 0.2; '
+        'done; kill "$server"; fi; echo "master was $MASTER_ADDR:$MASTER_PORT"'
     )
     job = submit_job(demo, name="netjob", node_count=2, command=command)
     wait_for(lambda: reload(job).is_final, timeout=60, message="the job to end")
@@ -151,7 +157,7 @@ def test_two_instances_reach_each_other_and_nothing_of_the_host(demo, worker, li
 
 
 def test_two_jobs_on_one_host_have_networks_of_their_own(demo, worker, docker_client):
-    command = 'if [ "$RANK" = 0 ]; then sleep 30; else sleep 30; fi'
+    command = "sleep 300"
     first = submit_job(demo, name="net-a", node_count=2, command=command)
     second = submit_job(demo, name="net-b", node_count=2, command=command)
     for job in (first, second):

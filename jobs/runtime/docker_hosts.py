@@ -184,6 +184,8 @@ def container_create_kwargs(job: TrainingJob, attempt: Attempt, task_run: TaskRu
         # Root's: the launcher writes the instance host names there; the job only reads them.
         "tmpfs": {"/etc/volcano": "mode=755,size=64k"},
         "security_opt": ["no-new-privileges"],
+        # IPv4 only: no link-local IPv6 route to whatever the host serves on "::".
+        "sysctls": {"net.ipv6.conf.all.disable_ipv6": "1"},
         # The local driver keeps every byte the job prints (json-file replaces invalid UTF-8)
         # and bounds what a host keeps: the console persists the log as it comes.
         "log_config": docker.types.LogConfig(
@@ -199,7 +201,12 @@ def ensure_job_network(client: docker.DockerClient, job: TrainingJob) -> str:
     loopback nor any of its addresses is reachable; labelled for its removal with the job."""
     name = job_network(job)
     try:
-        client.networks.get(name)
+        existing = client.networks.get(name)
+        options = existing.attrs.get("Options") or {}
+        if not existing.attrs.get("Internal") or options.get("com.docker.network.bridge.inhibit_ipv4") != "true":
+            raise docker.errors.APIError(
+                f"network {name} exists on this host but is not an internal network without a host address"
+            )
     except docker.errors.NotFound:
         try:
             client.networks.create(

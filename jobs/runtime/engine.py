@@ -21,6 +21,7 @@ import os
 import shutil
 import stat
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +85,9 @@ def control_dir(job_id, container_name: str) -> Path:
 def make_control_dir(job_id, container_name: str) -> Path:
     """Create the container's control dir: owned by the console's user, 0755. The launcher
     (root in the container) writes into it; the job's uid 1000 can only read it."""
+    if os.geteuid() == 1000:
+        # The job's processes are uid 1000: a control dir of that owner would be theirs to write.
+        raise ToolsMissing("the console runs as uid 1000, the jobs' user: run it as root or another service user")
     path = control_dir(job_id, container_name)
     path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     try:
@@ -154,6 +158,9 @@ def exec_bounded(
     engine cannot be asked.
     """
     seconds = max(1, math.ceil(timeout_s))
+    # The whole call's deadline, on the console's side: the job can kill the `timeout` watcher
+    # (it runs as uid 1000 in the container) and trickle output under the socket's timeout.
+    deadline = time.monotonic() + seconds + 2
     api = container.client.api
     wrapped = [BUSYBOX, "timeout", "-s", "KILL", str(seconds), *cmd]
     exec_id = api.exec_create(container.id, wrapped, user=user)["Id"]
@@ -166,12 +173,15 @@ def exec_bounded(
         headers={"Connection": "Upgrade", "Upgrade": "tcp"},
         data={"Tty": False, "Detach": False},
         stream=True,
-        timeout=seconds + 10,
+        timeout=seconds + 2,
     )
     api._raise_for_status(response)
     stream = docker.types.CancellableStream(api._read_from_socket(response, True, tty=False, demux=True), response)
     try:
         for chunk_out, chunk_err in stream:
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
             for buf, chunk in ((out, chunk_out), (err, chunk_err)):
                 if chunk:
                     room = max_bytes - len(buf)

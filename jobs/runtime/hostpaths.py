@@ -32,6 +32,7 @@ import stat
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -328,7 +329,30 @@ def replace_dir(dir_fd: int, new: str, name: str) -> None:
         remove_at(dir_fd, aside)
 
 
-def copytree_into(src_fd: int, dst_fd: int, *, owner: tuple[int, int] | None = None, _at: str = "") -> None:
+@dataclass
+class CopyBudget:
+    """What a copy may still take: a job that can write its source (a bucket mounted
+    read-write) could grow it far past what was measured at submission."""
+
+    files: int
+    bytes: int
+    what: str = "the folder"
+
+    def take(self, size: int, at: str) -> None:
+        self.files -= 1
+        self.bytes -= size
+        if self.files < 0 or self.bytes < 0:
+            raise OSError(errno.EFBIG, f"{self.what} grew past its limits while copying (at {at})")
+
+
+def copytree_into(
+    src_fd: int,
+    dst_fd: int,
+    *,
+    owner: tuple[int, int] | None = None,
+    budget: CopyBudget | None = None,
+    _at: str = "",
+) -> None:
     """Copy the content of folder `src_fd` into (empty) folder `dst_fd`.
 
     Nothing is followed on either side: a link is copied as a link (its text, never what it
@@ -357,13 +381,15 @@ def copytree_into(src_fd: int, dst_fd: int, *, owner: tuple[int, int] | None = N
                 os.mkdir(name, 0o700, dir_fd=dst_fd)
                 target = open_child(dst_fd, name)
                 try:
-                    copytree_into(child, target, owner=owner, _at=f"{_at}{name}/")
+                    copytree_into(child, target, owner=owner, budget=budget, _at=f"{_at}{name}/")
                     _finish(target, st, owner)
                 finally:
                     os.close(target)
             finally:
                 os.close(child)
         elif stat.S_ISREG(st.st_mode):
+            if budget is not None:
+                budget.take(st.st_size, f"{_at}{name}")  # the apparent size: a sparse file counts whole
             _copy_file(src_fd, dst_fd, name, owner, at=f"{_at}{name}")
 
 

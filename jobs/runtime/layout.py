@@ -445,6 +445,12 @@ def stage_local_code(job: TrainingJob, attempt: Attempt, task_run: TaskRun) -> P
     return local_code_path(job, attempt, task_run)
 
 
+def code_budget() -> hostpaths.CopyBudget:
+    """The code dir's limits (SPEC §3), enforced again while copying: its bucket may be
+    mounted read-write into a running job, which could grow it after submission."""
+    return hostpaths.CopyBudget(v.CODE_DIR_MAX_FILES, v.CODE_DIR_MAX_BYTES, "the code dir")
+
+
 def _copy_code(job: TrainingJob, parent: int, name: str) -> None:
     with ExitStack() as stack:
         source = stack.enter_context(_storage_folder(job.code_dir, "Code dir")) if job.code_dir else None
@@ -457,7 +463,7 @@ def _copy_code(job: TrainingJob, parent: int, name: str) -> None:
                     os.mkdir(job.code_folder, 0o700, dir_fd=folder)
                     code = hostpaths.open_child(folder, job.code_folder)
                     try:
-                        hostpaths.copytree_into(source, code, owner=MA_USER)
+                        hostpaths.copytree_into(source, code, owner=MA_USER, budget=code_budget())
                         os.fchmod(code, os.fstat(source).st_mode & 0o777)
                         hostpaths.give(code, MA_USER)
                     finally:
@@ -508,7 +514,7 @@ def backup_code(job: TrainingJob, task_run: TaskRun, local_code: Path) -> Path |
         try:
             copy = hostpaths.open_child(parent, tmp)
             try:
-                hostpaths.copytree_into(source, copy)
+                hostpaths.copytree_into(source, copy, budget=code_budget())
                 os.fchmod(copy, os.fstat(source).st_mode & 0o777)
             finally:
                 os.close(copy)
@@ -620,6 +626,7 @@ def nfs_mount(
         type="volume",
         read_only=bool(mount.get("read_only")),
         labels=labels,
+        no_copy=True,  # the image's files never land on the export
         driver_config=docker.types.DriverConfig(
             "local", options={"type": "nfs", "o": f"addr={server},{options}", "device": device}
         ),
@@ -643,7 +650,13 @@ def mounts_for(
             # A per-instance scratch volume, created on the instance's host.
             mounts.append(
                 docker.types.Mount(
-                    target, cache_volume(job, task_run), type="volume", labels=volume_labels(job, "cache")
+                    target,
+                    cache_volume(job, task_run),
+                    type="volume",
+                    labels=volume_labels(job, "cache"),
+                    # An image's files at /cache are not copied in: an image with millions of
+                    # them would make the create time out (and look like a lost host).
+                    no_copy=True,
                 )
             )
             continue

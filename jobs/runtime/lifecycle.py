@@ -24,7 +24,7 @@ from faulttolerance.models import RecoveryRecord
 from jobs import events, listing
 from jobs.models import FINAL_PHASES, RETAINED_PHASES, Attempt, DockerHost, EventKind, Phase, TaskRun, TrainingJob
 
-from . import docker_hosts, engine, placement, preemption
+from . import docker_hosts, engine, followers, placement, preemption
 from .engine import HOST_ERRORS
 from .logs import docker_time
 
@@ -247,6 +247,14 @@ def _restart_process(task_run: TaskRun, attempt: Attempt) -> None:
             raise
 
 
+def _host_answers(host: DockerHost) -> bool:
+    try:
+        docker_hosts.client_for(host, timeout=5).ping()
+        return True
+    except HOST_ERRORS:
+        return False
+
+
 def _describe_start_error(job: TrainingJob, task_run: TaskRun, exc: Exception) -> str:
     if isinstance(exc, docker.errors.ImageNotFound):
         return (
@@ -288,10 +296,23 @@ def start_attempt(attempt_id: int) -> bool:
                 container_id = container.id
                 started_at = docker_time(container.attrs["State"].get("StartedAt")) or started_at
         except HOST_ERRORS as exc:
-            lost = not isinstance(exc, docker.errors.APIError)
+            # Lost only when the host does not answer any more: a create or start that timed
+            # out on a live host (a slow image) is the start's failure, not a faulty host.
+            lost = not isinstance(exc, docker.errors.APIError) and not _host_answers(task_run.host)
             TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.CREATED).update(
                 state=TaskRun.State.LOST if lost else TaskRun.State.START_FAILED,
                 error=_describe_start_error(job, task_run, exc),
+                ended_at=timezone.now(),
+            )
+            failed = True
+            continue
+        except Exception as exc:
+            # Anything else (the console's own setup: its tools, the control dir) fails this
+            # start with the reason rather than leaving the attempt starting forever.
+            log.exception("starting %s failed", task_run.container_name)
+            TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.CREATED).update(
+                state=TaskRun.State.START_FAILED,
+                error=f"The console could not start the container: {type(exc).__name__}: {str(exc)[:300]}",
                 ended_at=timezone.now(),
             )
             failed = True
@@ -337,7 +358,7 @@ def start_attempt(attempt_id: int) -> bool:
     for task_run_id in attempt.task_runs.filter(state=TaskRun.State.RUNNING, reuses_container=False).values_list(
         "id", flat=True
     ):
-        _dispatch_now("follow_task_run", task_run_id)
+        followers.follow_soon(task_run_id)
     if failed or TrainingJob.objects.filter(id=job.id, terminate_requested=True).exists():
         _dispatch_now("end_attempt", attempt.id)
     return True
