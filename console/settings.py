@@ -70,7 +70,14 @@ TEMPLATES = [
 
 DATABASE_URL = os.environ.get("DATABASE_URL")
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    # A connection pool (psycopg_pool): a worker's followers (one thread per running instance)
+    # hand their connection back between writes, so hundreds of them share a few connections.
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": int(os.environ.get("CONSOLE_DB_POOL_SIZE", "20")),
+        "timeout": 30,
+    }
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
@@ -135,6 +142,9 @@ CELERY_BEAT_SCHEDULE = {
 # A follower that has not renewed its heartbeat for this long is presumed dead
 # and its task run is adopted by another worker.
 FOLLOWER_STALE_AFTER_S = float(os.environ.get("CONSOLE_FOLLOWER_STALE_AFTER_S", "10"))
+# Running instances one worker process follows at most (jobs/runtime/followers.py); the
+# pools of the other workers adopt the rest.
+FOLLOWERS_PER_PROCESS = int(os.environ.get("CONSOLE_FOLLOWERS_PER_PROCESS", "1000"))
 # Job-scoped persistent directories (checkpoints), bind-mounted into every
 # attempt's containers: on several hosts, a path they all share (NFS).
 JOB_DATA_ROOT = Path(os.environ.get("CONSOLE_JOB_DATA_ROOT", VAR_DIR / "job-data"))

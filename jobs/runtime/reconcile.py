@@ -52,20 +52,6 @@ def restart_stuck_starts() -> bool:
     return bool(ids)
 
 
-def adopt_unfollowed_task_runs() -> bool:
-    """Running containers nobody follows: their worker died; follow on from the last line."""
-    stale = timezone.now() - timezone.timedelta(seconds=settings.FOLLOWER_STALE_AFTER_S)
-    ids = list(
-        TaskRun.objects.filter(state=TaskRun.State.RUNNING, attempt__state=Attempt.State.RUNNING)
-        .filter(Q(follower_heartbeat__isnull=True) | Q(follower_heartbeat__lt=stale))
-        .exclude(started_at__gt=timezone.now() - timezone.timedelta(seconds=2))
-        .values_list("id", flat=True)
-    )
-    for task_run_id in ids:
-        _tasks().follow_task_run.delay(task_run_id)
-    return bool(ids)
-
-
 UNDECIDED_GRACE_S = 3
 
 
@@ -249,7 +235,6 @@ STEPS = (
     check_hosts,
     schedule_pending_jobs,
     restart_stuck_starts,
-    adopt_unfollowed_task_runs,
     drain_dead_followers,
     end_decided_attempts,
     finish_terminations,

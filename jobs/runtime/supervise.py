@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from dataclasses import dataclass
 
 import docker
 from django.conf import settings
@@ -23,7 +24,7 @@ from faulttolerance.policy import Counters, Decision, Policy, decide, escalate
 from jobs import events
 from jobs.models import Attempt, EventKind, Phase, TaskRun, TrainingJob
 
-from . import docker_hosts, faults, placement, reports
+from . import docker_hosts, faults, followers, placement, reports
 from .engine import HOST_ERRORS
 from .hang import HangWatch, Sampler, capture_stacks, no_gpu, nvidia_smi_gpu
 from .lifecycle import (
@@ -68,6 +69,7 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
     def on_tick(current: TaskRun, got_lines: bool) -> None:
         if watch.tick(None, got_lines):
             hang_suspected(current.id, container, watch.metrics())
+        followers.release_connection_if_pooled()
 
     try:
         while True:
@@ -274,8 +276,11 @@ def attempt_may_have_ended(attempt_id: int) -> bool:
         # Wait until every container of a stopped (or preempted) job is gone, so that
         # its capacity is free; instances still "created" were never started and have none.
         return False
+    # What the failure's log says is read before any lock is taken (up to a few MB through the
+    # terminal emulator): the decision's transaction holds the job's row.
+    evidence = _FailureEvidence.of(failed[0]) if failed and not stopping else None
     try:
-        decision = _claim_and_decide(attempt, runs, failed, stopping)
+        decision = _claim_and_decide(attempt, runs, failed, stopping, evidence)
     except _AlreadyClaimed:
         return False
     except Exception as exc:
@@ -295,7 +300,23 @@ class _AlreadyClaimed(Exception):
     """Another caller ended (and decided) this attempt."""
 
 
-def _claim_and_decide(attempt: Attempt, runs: list[TaskRun], failed: list[TaskRun], stopping: bool) -> Decision | None:
+@dataclass(frozen=True)
+class _FailureEvidence:
+    facts: c.EndFacts
+    work_lost_steps: int | None
+
+    @classmethod
+    def of(cls, run: TaskRun) -> _FailureEvidence:
+        return cls(_facts(run), work_lost_steps(run))
+
+
+def _claim_and_decide(
+    attempt: Attempt,
+    runs: list[TaskRun],
+    failed: list[TaskRun],
+    stopping: bool,
+    evidence: _FailureEvidence | None = None,
+) -> Decision | None:
     """End the attempt and decide what follows, in one transaction: a worker that dies
     half-way leaves the attempt running, and reconcile brings it back here."""
     with transaction.atomic():
@@ -328,7 +349,7 @@ def _claim_and_decide(attempt: Attempt, runs: list[TaskRun], failed: list[TaskRu
             Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.SUCCEEDED)
             finish(job, Phase.COMPLETED, "")
         else:
-            decision = _decide_after_failure(job, attempt, failed[0])
+            decision = _decide_after_failure(job, attempt, failed[0], evidence or _FailureEvidence.of(failed[0]))
             Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.FAILED)
         return decision
 
@@ -454,8 +475,10 @@ def _env_check_failed_elsewhere_just_before(job: TrainingJob, attempt: Attempt, 
     return previous.evidence.get("host", "another host")
 
 
-def _decide_after_failure(job: TrainingJob, attempt: Attempt, failed_run: TaskRun) -> Decision:
-    verdict = c.classify(_facts(failed_run)) or c.Classification(c.USER_ERROR, "unknown", "The instance failed.")
+def _decide_after_failure(
+    job: TrainingJob, attempt: Attempt, failed_run: TaskRun, failure: _FailureEvidence
+) -> Decision:
+    verdict = c.classify(failure.facts) or c.Classification(c.USER_ERROR, "unknown", "The instance failed.")
     policy, counters, stable = _policy_inputs(job, attempt)
     isolate = verdict.failure_class in (c.ENV_CHECK_FAILED, c.NODE_FAILURE) and policy.max_restarts > 0
     elsewhere = (
@@ -506,12 +529,12 @@ def _decide_after_failure(job: TrainingJob, attempt: Attempt, failed_run: TaskRu
         )
         announce(job.id)
     else:
-        evidence = f" (exit code {failed_run.exit_code})" if failed_run.exit_code is not None else ""
+        exit_text = f" (exit code {failed_run.exit_code})" if failed_run.exit_code is not None else ""
         detail = failed_run.error or verdict.explanation
-        finish(job, Phase.FAILED, f"{verdict.failure_class}{evidence}: {detail} Decision: {decision.summary}.")
+        finish(job, Phase.FAILED, f"{verdict.failure_class}{exit_text}: {detail} Decision: {decision.summary}.")
     if policy.max_restarts > 0:
         record_evidence = dict(failed_run.evidence, host=failed_run.host.name, host_id=failed_run.host_id)
-        lost = work_lost_steps(failed_run)
+        lost = failure.work_lost_steps
         if lost is not None:
             record_evidence["work_lost_steps"] = lost
         RecoveryRecord.from_decision(

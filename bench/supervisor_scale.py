@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""Supervisor scale: 10, 50, 100 and 200 running instances (busybox, one line a second
+each) on ONE worker process. At each size: the worker's CPU, RSS and threads; Stop ->
+Terminated and failure -> restarted latencies (p50/p95); at the end, every line of every
+run persisted once, in order.
+
+Targets (issue "One supervisor that scales"): 200 instances on one worker; the latencies
+at 200 within 2x of those at 10; memory per instance reported. Exits non-zero when one
+is missed.
+
+Runs the production stack (PostgreSQL + Redis + a separate Celery worker and daphne;
+bench/_stack.py). Each instance is one single-instance job with fault tolerance on.
+
+    .venv/bin/python bench/supervisor_scale.py [--sizes 10,50,100,200] [--probes 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._stack import BUSYBOX, Stack, percentile  # noqa: E402
+
+TICKER = 'i=0; while true; do i=$((i+1)); echo "tick $i"; sleep 1; done'
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def create_job(stack: Stack, name: str) -> str:
+    body = {
+        "kind": "job",
+        "metadata": {"name": name, "annotations": {"fault-tolerance/job-retry-num": "10"}},
+        "algorithm": {"command": TICKER, "engine": {"image_url": BUSYBOX}},
+        "spec": {"resource": {"node_count": 1}},
+    }
+    response = stack.api("POST", "/training-jobs", json=body)
+    if response.status_code != 201:
+        raise RuntimeError(f"create failed: {response.status_code} {response.text}")
+    return response.json()["metadata"]["id"]
+
+
+def worker_pid(stack: Stack) -> int:
+    return next(proc.pid for name, proc in stack.procs if name == "celery-worker")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+
+def status(pid: int) -> dict[str, int]:
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "Threads"):
+            out[key] = int(value.split()[0])
+    return out
+
+
+def followed_and_running(job_ids: list[str]) -> bool:
+    from django.utils import timezone
+
+    from jobs.models import Phase, TaskRun, TrainingJob
+
+    running = TrainingJob.objects.filter(id__in=job_ids, phase=Phase.RUNNING).count()
+    fresh = timezone.now() - timezone.timedelta(seconds=6)
+    followed = TaskRun.objects.filter(
+        attempt__job_id__in=job_ids, state=TaskRun.State.RUNNING, follower_heartbeat__gt=fresh
+    ).count()
+    return running == len(job_ids) and followed == len(job_ids)
+
+
+def wait(predicate, timeout: float, what: str, interval: float = 0.02) -> float:
+    t0 = time.monotonic()
+    while not predicate():
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError(f"{what}: not within {timeout} s")
+        time.sleep(interval)
+    return time.monotonic() - t0
+
+
+def stop_latency(stack: Stack, job_id: str) -> float:
+    from jobs.models import Phase, TrainingJob
+
+    t0 = time.monotonic()
+    response = stack.api("POST", f"/training-jobs/{job_id}/actions", json={"action_type": "terminate"})
+    response.raise_for_status()
+    wait(
+        lambda: TrainingJob.objects.filter(id=job_id, phase=Phase.TERMINATED).exists(),
+        120,
+        f"job {job_id} Terminated",
+    )
+    return time.monotonic() - t0
+
+
+def restart_latency(client, job_id: str) -> float:
+    """SIGKILL the job's container from outside: time until the next attempt's container runs."""
+    from jobs.models import TaskRun
+
+    run = TaskRun.objects.select_related("attempt").get(
+        attempt__job_id=job_id, state=TaskRun.State.RUNNING, attempt__state="running"
+    )
+    number = run.attempt.number
+    t0 = time.monotonic()
+    client.containers.get(run.container_id).kill()
+    wait(
+        lambda: TaskRun.objects.filter(
+            attempt__job_id=job_id, attempt__number__gt=number, state=TaskRun.State.RUNNING
+        ).exists(),
+        120,
+        f"job {job_id} restarted",
+    )
+    return time.monotonic() - t0
+
+
+def check_lines() -> tuple[int, int, list[str]]:
+    """Every run's persisted ticks are 1..k, once each, in order (a run may be cut short)."""
+    from jobs.models import TaskRun
+    from jobs.runtime.logs import read_lines
+
+    runs = lines = 0
+    problems = []
+    for run in TaskRun.objects.select_related("attempt").exclude(log_lines=0):
+        ticks = [int(t.split()[1]) for t in (line.text for line in read_lines(run)) if t.startswith("tick ")]
+        runs += 1
+        lines += len(ticks)
+        if ticks != list(range(1, len(ticks) + 1)):
+            problems.append(f"{run.container_name}: {ticks[:5]}... ({len(ticks)} ticks, not 1..k)")
+    return runs, lines, problems
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="10,50,100,200")
+    parser.add_argument("--probes", type=int, default=5, help="stops and kills measured at each size")
+    parser.add_argument("--settle-s", type=float, default=10, help="CPU is measured over this window")
+    parser.add_argument("--database", default=f"console_bench_scale_{os.getpid()}")
+    parser.add_argument("--keep-db", action="store_true")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+
+    import docker
+
+    client = docker.from_env()
+    client.images.get(BUSYBOX)
+    rows = []
+    with Stack(args.database, keep_db=args.keep_db) as stack:
+        pid = worker_pid(stack)
+        time.sleep(2)
+        idle = status(pid)
+        running: list[str] = []
+        made = 0
+        for size in sizes:
+            # The size's instances, plus the probes that are stopped (the kills restart in place).
+            while len(running) < size + args.probes:
+                made += 1
+                running.append(create_job(stack, f"scale-{made:04d}"))
+            up = wait(lambda: followed_and_running(running), 600, f"{len(running)} instances running", 0.5)
+            time.sleep(2)
+            cpu0, t0 = cpu_seconds(pid), time.monotonic()
+            time.sleep(args.settle_s)
+            cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
+            now = status(pid)
+            kills = [restart_latency(client, job_id) for job_id in running[: args.probes]]
+            stops = [stop_latency(stack, job_id) for job_id in running[-args.probes :]]
+            del running[-args.probes :]
+            rss_per = (now["VmRSS"] - idle["VmRSS"]) / 1024 / len(running)
+            rows.append(
+                {
+                    "size": len(running),
+                    "up_s": up,
+                    "cpu": cpu * 100,
+                    "rss_mb": now["VmRSS"] / 1024,
+                    "rss_per_mb": rss_per,
+                    "threads": now["Threads"],
+                    "stop": sorted(stops),
+                    "restart": sorted(kills),
+                }
+            )
+            r = rows[-1]
+            print(
+                f"{r['size']:>4} instances: all followed {up:5.1f} s after the last submit; worker CPU "
+                f"{r['cpu']:5.1f}% of a core, RSS {r['rss_mb']:6.1f} MB ({r['rss_per_mb']:.2f} MB per instance), "
+                f"{r['threads']} threads; stop p95 {percentile(r['stop'], 95) * 1000:.0f} ms, "
+                f"restart p95 {percentile(r['restart'], 95) * 1000:.0f} ms",
+                flush=True,
+            )
+        for job_id in running:
+            stack.api("POST", f"/training-jobs/{job_id}/actions", json={"action_type": "terminate"})
+        from jobs.models import FINAL_PHASES, TrainingJob
+
+        wait(lambda: not TrainingJob.objects.exclude(phase__in=FINAL_PHASES).exists(), 600, "every job ended", 0.5)
+        time.sleep(3)  # the followers drain and let go
+        runs, lines, problems = check_lines()
+
+    print(f"\nDocker {client.version()['Version']}, {os.cpu_count()} CPUs, one worker process; ms")
+    print(
+        f"  {'instances':>9} {'CPU %':>6} {'RSS MB':>7} {'MB/inst':>7} {'threads':>7}  "
+        f"{'stop p50':>8} {'p95':>6}  {'restart p50':>11} {'p95':>6}"
+    )
+    for r in rows:
+        print(
+            f"  {r['size']:>9} {r['cpu']:>6.1f} {r['rss_mb']:>7.1f} {r['rss_per_mb']:>7.2f} {r['threads']:>7}  "
+            f"{percentile(r['stop'], 50) * 1000:>8.0f} {percentile(r['stop'], 95) * 1000:>6.0f}  "
+            f"{percentile(r['restart'], 50) * 1000:>11.0f} {percentile(r['restart'], 95) * 1000:>6.0f}"
+        )
+    first, last = rows[0], rows[-1]
+    checks = {
+        f"{last['size']} instances followed by one worker": last["size"] >= sizes[-1],
+        "stop p95 at the largest size within 2x of the smallest": percentile(last["stop"], 95)
+        <= 2 * percentile(first["stop"], 95),
+        "restart p95 at the largest size within 2x of the smallest": percentile(last["restart"], 95)
+        <= 2 * percentile(first["restart"], 95),
+        f"every line persisted once, in order ({lines} lines of {runs} runs)": not problems,
+    }
+    print()
+    for what, ok in checks.items():
+        print(f"  {'met ' if ok else 'MISSED'} {what}")
+    for problem in problems[:10]:
+        print(f"    {problem}")
+    ok = all(checks.values())
+    print(f"\n-> {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
