@@ -4,7 +4,7 @@ import os
 
 from celery import shared_task
 
-from jobs.runtime import lifecycle, outputs, supervise
+from jobs.runtime import decide, follow, lifecycle, outputs
 from jobs.runtime import reconcile as reconcile_steps
 
 
@@ -20,12 +20,12 @@ def start_attempt(attempt_id: int) -> bool:
 
 @shared_task
 def follow_task_run(task_run_id: int, drain: bool = False) -> bool:
-    return supervise.follow_task_run(task_run_id, drain=drain)
+    return follow.follow_task_run(task_run_id, drain=drain)
 
 
 @shared_task
 def end_attempt(attempt_id: int) -> bool:
-    return supervise.attempt_may_have_ended(attempt_id)
+    return decide.attempt_may_have_ended(attempt_id)
 
 
 @shared_task

@@ -131,7 +131,7 @@ def _remove_test_containers(client) -> None:
             container.remove(force=True)
         except docker.errors.APIError:
             pass
-    # The jobs' /cache and NFS volumes carry the session's label too (layout.volume_labels).
+    # The jobs' /cache and NFS volumes carry the session's label too (staging.volume_labels).
     for volume in client.volumes.list(filters={"label": "=".join(TEST_LABEL)}):
         try:
             volume.remove(force=True)

@@ -9,7 +9,8 @@ import pytest
 
 from jobs.models import Phase, TrainingJob
 from jobs.runtime import cleanup
-from jobs.runtime.layout import LOCAL_CODE_STAGING, job_data_dir
+from jobs.runtime.layout import LOCAL_CODE_STAGING
+from jobs.runtime.staging import job_data_dir
 from tests.conftest import BUSYBOX, TEST_LABEL, submit_job, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]

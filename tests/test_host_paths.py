@@ -34,14 +34,8 @@ from jobs.runtime.hostpaths import (
     rmtree_confined,
     write_file,
 )
-from jobs.runtime.layout import (
-    StagingError,
-    backup_code,
-    local_code_dir,
-    mounts_for,
-    prepare_sources,
-    stage_local_code,
-)
+from jobs.runtime.layout import local_code_dir
+from jobs.runtime.staging import StagingError, backup_code, mounts_for, prepare_sources, stage_local_code
 from tests.conftest import BUSYBOX, wait_for
 from tests.pytest_env import TMP
 

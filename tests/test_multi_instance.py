@@ -231,7 +231,7 @@ def test_a_run_restarted_in_place_and_followed_afresh_starts_at_its_restart_line
     worker is stopped; the next test's `worker` fixture starts it again)."""
     from django.db import connection
 
-    from jobs.runtime import supervise
+    from jobs.runtime.follow import follow_task_run
 
     celery_worker_process.stop()
     # Rank 0 fails first; rank 1 would run on for a minute: the restart kills it.
@@ -241,7 +241,7 @@ def test_a_run_restarted_in_place_and_followed_afresh_starts_at_its_restart_line
     def follow(task_run_id: int) -> None:
         def run() -> None:
             try:
-                supervise.follow_task_run(task_run_id)
+                follow_task_run(task_run_id)
             finally:
                 connection.close()
 

@@ -16,16 +16,9 @@ from jobs import storage
 from jobs import validators as v
 from jobs.models import Attempt, Dataset, FileSystem, Flavor, Phase, ResourcePool, TaskRun, TrainingJob
 from jobs.runtime import docker_hosts, engine, lifecycle
-from jobs.runtime.layout import (
-    DATA_MOUNT_ROOT,
-    StagingError,
-    layout_environment,
-    mounts_for,
-    prepare_sources,
-    runtime_layout,
-    volume_labels,
-)
+from jobs.runtime.layout import DATA_MOUNT_ROOT, layout_environment, runtime_layout
 from jobs.runtime.logs import read_lines
+from jobs.runtime.staging import StagingError, mounts_for, prepare_sources, volume_labels
 from tests.conftest import BUSYBOX, submit_job, wait_for
 from tests.pytest_env import TMP
 

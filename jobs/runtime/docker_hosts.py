@@ -10,14 +10,14 @@ from django.conf import settings
 from faulttolerance.launcher import LAUNCHER, check_environment
 from jobs.models import Attempt, DockerHost, ResourcePool, TaskRun, TrainingJob
 
-from . import engine, layout
+from . import engine, layout, staging
 from .layout import (  # noqa: F401 - part of this API
     CACHE_MOUNT,
     JOB_DATA_MOUNT,
     LayoutEntry,
     instance_hostname,  # defined beside the layout (the ssh config names the instances)
-    job_data_dir,
 )
+from .staging import job_data_dir  # noqa: F401 - part of this API
 
 MA_USER = engine.MA_USER
 # Each multi-instance job has a network of its own: the port is the job's, not the host's.
@@ -146,12 +146,12 @@ def resource_kwargs(job: TrainingJob, pool: ResourcePool | None = None) -> dict:
 
 def container_create_kwargs(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hosts: list[DockerHost]) -> dict:
     """Everything `containers.create` needs for this instance. Prepares the host side of its
-    mounts first (the code copy and backup, missing directories): may raise layout.StagingError."""
+    mounts first (the code copy and backup, missing directories): may raise staging.StagingError."""
     pool = pool_of(task_run.host)
     multi = job.node_count > 1
     flavor = job.flavor
     shm_gb = flavor.shm_size_gb if flavor and flavor.shm_size_gb else pool.shm_size_gb
-    runtime = layout.prepare_sources(job, attempt, task_run)
+    runtime = staging.prepare_sources(job, attempt, task_run)
     control = engine.make_control_dir(job.id, task_run.container_name)
     return {
         **resource_kwargs(job, pool),
@@ -177,7 +177,7 @@ def container_create_kwargs(job: TrainingJob, attempt: Attempt, task_run: TaskRu
         # and SSH dirs: the same list the create wizard previews (layout.runtime_layout); then
         # the console's tools (read-only) and the container's control dir.
         "mounts": [
-            *layout.mounts_for(job, attempt, task_run, runtime),
+            *staging.mounts_for(job, attempt, task_run, runtime),
             docker.types.Mount(engine.TOOLS_MOUNT, str(engine.runtime_tools_dir()), type="bind", read_only=True),
             docker.types.Mount(engine.CONTROL_MOUNT, str(control), type="bind"),
         ],
@@ -214,7 +214,7 @@ def ensure_job_network(client: docker.DockerClient, job: TrainingJob) -> str:
                 driver="bridge",
                 internal=True,
                 options={"com.docker.network.bridge.inhibit_ipv4": "true"},
-                labels=layout.volume_labels(job, "network"),
+                labels=staging.volume_labels(job, "network"),
                 check_duplicate=True,
             )
         except docker.errors.APIError as exc:

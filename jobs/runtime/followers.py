@@ -1,7 +1,7 @@
 """The followers of one worker process: every running instance it follows, each in a thread
 of its own, outside Celery's worker slots.
 
-A follower (supervise.follow_task_run) persists its instance's log, watches it for hangs
+A follower (follow.follow_task_run) persists its instance's log, watches it for hangs
 and hands its end to the supervisor through the database; it lives as long as its
 container. Run as Celery tasks they held one worker thread each, so the 33rd running
 instance of a 32-thread worker left none for a start, a stop or reconcile. Here they are
@@ -84,7 +84,7 @@ class FollowerPool:
         return True
 
     def _follow(self, task_run_id: int) -> None:
-        from .supervise import follow_task_run
+        from .follow import follow_task_run
 
         try:
             follow_task_run(task_run_id)

@@ -3,7 +3,7 @@
 Every step takes ids, re-reads the database and claims its work with a
 conditional UPDATE (or a row lock), so it is safe to run twice, concurrently,
 or again after a worker died half-way. What happens when an instance ends is
-in supervise.py.
+in follow.py and decide.py.
 """
 
 from __future__ import annotations
@@ -322,7 +322,7 @@ def start_attempt(attempt_id: int) -> bool:
         )
     now = timezone.now()
     with transaction.atomic():
-        # The job's row before the attempt's, the order the decision takes (supervise.py):
+        # The job's row before the attempt's, the order the decision takes (decide.py):
         # a start and a stop's decision racing on one attempt wait for each other, never deadlock.
         lock_job(job.id)
         moved = Attempt.objects.filter(id=attempt.id, state=Attempt.State.STARTING).update(
@@ -516,7 +516,7 @@ def remove_attempt_containers(attempt_id: int) -> None:
 def stop_job(job_id) -> bool:
     """Stop every container of a job whose termination was requested; for a retained job
     (its retention is over, or the user stopped it) remove its containers."""
-    from .supervise import attempt_may_have_ended
+    from .decide import attempt_may_have_ended
 
     job = TrainingJob.objects.filter(id=job_id).first()
     if job is not None and job.phase in RETAINED_PHASES:

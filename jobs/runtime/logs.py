@@ -166,7 +166,7 @@ class Follower:
     def __init__(self, task_run_id: int, waiting_exit=None):
         self.task_run_id = task_run_id
         # task run -> ProcessExited | None: the launcher's own report that this run's process
-        # ended and the container waits for a decision (supervise.py). A marker line in the log
+        # ended and the container waits for a decision (follow.py). A marker line in the log
         # only makes the follower ask; the answer never comes from the log.
         self.waiting_exit = waiting_exit or (lambda task_run: None)
         self.token = uuid.uuid4()

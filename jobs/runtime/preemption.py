@@ -16,7 +16,7 @@ The victims' attempts are claimed with a conditional UPDATE (`preempted_at`),
 under the placement lock the caller holds, so two schedulers never preempt
 for the same room twice: an attempt already claimed counts as freed until its
 containers are gone. Its containers are stopped after commit (SIGTERM, then
-SIGKILL after the stop timeout); when the attempt ends, supervise re-queues
+SIGKILL after the stop timeout); when the attempt ends, decide.py re-queues
 the job without touching its restart budget.
 """
 
@@ -238,7 +238,7 @@ def _restop_stale(in_flight: list[Candidate]) -> None:
 def stop_preempted(attempt_ids: list[int], by: str) -> None:
     """After commit: say so on the victims' pages, then docker stop their containers (the
     launcher forwards SIGTERM; SIGKILL after the stop timeout). Their followers record the
-    exits and supervise re-queues each job once all its containers are gone."""
+    exits and decide.py re-queues each job once all its containers are gone."""
     from .lifecycle import announce, stop_attempt_containers  # lifecycle imports this module
 
     for attempt_id in attempt_ids:

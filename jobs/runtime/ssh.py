@@ -12,7 +12,7 @@ Running sshd is the image's business: the console hands out keys, never a daemon
 ssh and sshd refuse key files that are not owned by the user or are open to others, so
 everything here is owned by ma-user (uid 1000) with the modes ssh expects (dir 0700, private
 key and authorized_keys 0600). That takes a console running as root (or as uid 1000): unlike
-the other directories of a job (layout.give_to_ma_user) these are never opened to everyone
+the other directories of a job (staging.give_to_ma_user) these are never opened to everyone
 instead, which would hand the private key to every user of the host.
 
 Every file operation goes through the folder's descriptor (jobs/runtime/hostpaths.py): nothing on

@@ -1,19 +1,17 @@
-"""What happens while an instance runs and when it ends.
+"""Deciding an attempt's end (SPEC §4): classified from trusted facts, decided by
+faulttolerance's policy and escalation, acted on here (restart at a level, re-queue a
+preempted job, end the job), with one recovery record per decision.
 
-A follower task per container persists its log, watches it for hangs, and
-reports how it ended: the user's process exited (the launcher's marker; the
-container waits for a decision), the container ended, or its host went away.
-The attempt's end is then classified and decided exactly once.
+The claim and the decision are one transaction: exactly one caller decides, and a worker
+that dies half-way leaves the attempt for reconcile to bring back here.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import time
 from dataclasses import dataclass
 
-import docker
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -24,12 +22,9 @@ from faulttolerance.policy import Counters, Decision, Policy, decide, escalate
 from jobs import events
 from jobs.models import Attempt, EventKind, Phase, TaskRun, TrainingJob
 
-from . import docker_hosts, faults, followers, placement, reports
-from .engine import HOST_ERRORS
-from .hang import HangWatch, Sampler, capture_stacks, no_gpu, nvidia_smi_gpu
+from . import faults, placement, reports
 from .lifecycle import (
     announce,
-    containers_kept,
     dispatch,
     finish,
     isolate_host,
@@ -39,11 +34,9 @@ from .lifecycle import (
     stop_attempt_containers,
     stop_reason,
 )
-from .logs import Follower, ProcessExited, docker_time, recent_text
+from .logs import recent_text
 
 log = logging.getLogger(__name__)
-
-SUCCESSOR_WAIT_S = 10
 
 # Work lost (SPEC §4 evidence), where the job reports it: its progress and checkpoint lines
 # (the format of examples/train_checkpoint.py).
@@ -53,188 +46,6 @@ NO_CHECKPOINT_LINE = "[checkpoint] no checkpoint, starting from step 0"
 WORK_LOST_SCAN_BYTES = 2 * 1024 * 1024  # how far back from the end of the failed run's log to look
 
 
-# -- following ---------------------------------------------------------------------
-def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
-    """Persist a container's log until it ends, then record how it ended. drain: the run
-    ended while its follower was dead: persist what is left of its log, then clear up."""
-    follower = Follower(task_run_id, waiting_exit=None if drain else _waiting_exit)
-    task_run = follower.claim(ended=drain)
-    if task_run is None:
-        return False
-    watch = _hang_watch(task_run)
-    sampler: Sampler | None = None
-    container = None
-    drained = False
-
-    def on_tick(current: TaskRun, got_lines: bool) -> None:
-        if watch.tick(None, got_lines):
-            hang_suspected(current.id, container, watch.metrics())
-        followers.release_connection_if_pooled()
-
-    try:
-        while True:
-            try:
-                # Inside the try: a new client asks the engine for its API version.
-                client = docker_hosts.client_for(task_run.host, timeout=None)
-                container = client.containers.get(task_run.container_id or task_run.container_name)
-                if sampler is None:
-                    sampler = Sampler(watch, container)
-                    sampler.start()
-                follower.follow(task_run, container, on_tick)
-                if follower.lost_ownership:
-                    return False
-                container.reload()
-            except ProcessExited as exit_:
-                successor = process_exited(task_run, exit_.code, exit_.oom_killed)
-                if successor is not None:
-                    handed_over = follower.handover(successor.id)
-                    if handed_over is None:
-                        return False  # another follower has the next run (and this container)
-                    task_run = handed_over
-                    watch.reset()
-                continue  # keep reading: the next run's lines, or the container's end
-            except docker.errors.NotFound:
-                _mark_lost(task_run, "The container vanished (removed outside the console).")
-                break
-            except HOST_ERRORS as exc:
-                follower.close_stream()
-                docker_hosts.forget_client(task_run.host)
-                if _host_reachable(task_run.host):
-                    task_run.refresh_from_db()
-                    continue  # a broken stream on a live host: follow again from the last line
-                _mark_lost(task_run, f"Docker host {task_run.host.name} became unreachable: {exc}")
-                break
-            if container.status in ("running", "restarting", "paused"):
-                task_run.refresh_from_db()
-                continue  # the stream ended early; the container is still alive
-            if not drained:
-                # Docker's follow stream can end before the entry written at the container's
-                # exit (output without a final newline): read once more from the last line taken.
-                drained = True
-                task_run.refresh_from_db()
-                continue
-            _mark_exited(task_run, container)
-            break
-    finally:
-        if sampler is not None:
-            sampler.stop()
-        follower.close_stream()
-        follower.release()
-    # Decide (and start the next attempt) first; clearing up can wait.
-    attempt_may_have_ended(task_run.attempt_id)
-    if container is not None and not containers_kept(task_run.attempt.job_id):  # retention keeps it
-        try:
-            container.remove(force=True)
-        except HOST_ERRORS:
-            log.warning("could not remove %s", task_run.container_name)
-    return True
-
-
-def _waiting_exit(task_run: TaskRun) -> ProcessExited | None:
-    """The launcher's report (never the log) that this run's process ended non-zero and its
-    container waits for the supervisor's decision (a fault-tolerant job's process restart)."""
-    if task_run.attempt.job.max_restarts_effective <= 0:
-        return None  # the launcher does not wait: the container ends, and the engine says how
-    report = reports.exit_report_of(task_run)
-    if report is None or report.code == 0:
-        return None
-    return ProcessExited(report.code, report.oom_killed)
-
-
-def _hang_watch(task_run: TaskRun) -> HangWatch:
-    job = task_run.attempt.job
-    gpus = job.flavor_id is not None and job.flavor.gpus > 0
-    return HangWatch(
-        window_s=job.hang_window_s or settings.HANG_WINDOW_S, gpu_sampler=nvidia_smi_gpu if gpus else no_gpu
-    )
-
-
-def _host_reachable(host) -> bool:
-    try:
-        docker_hosts.client_for(host, timeout=5).ping()
-        return True
-    except HOST_ERRORS:
-        return False
-
-
-def _mark_exited(task_run: TaskRun, container) -> None:
-    """The container ended: its exit code and OOM flag from the engine; a child the kernel
-    killed for memory (PID 1 lived on) from the launcher's report."""
-    state = container.attrs["State"]
-    report = reports.exit_report_of(task_run)
-    TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.RUNNING).update(
-        state=TaskRun.State.EXITED,
-        exit_code=state.get("ExitCode"),
-        oom_killed=bool(state.get("OOMKilled")) or bool(report and report.oom_killed),
-        ended_at=docker_time(state.get("FinishedAt")) or timezone.now(),
-    )
-
-
-def _mark_lost(task_run: TaskRun, reason: str) -> None:
-    TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.RUNNING).update(
-        state=TaskRun.State.LOST, error=reason, ended_at=timezone.now()
-    )
-
-
-def process_exited(task_run: TaskRun, code: int, oom_killed: bool = False) -> TaskRun | None:
-    """The user's process ended in a live container: decide, and return the task
-    run that restarts in this same container (process level), if any."""
-    TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.RUNNING).update(
-        state=TaskRun.State.EXITED, exit_code=code, oom_killed=oom_killed, ended_at=timezone.now(), ended_in_place=True
-    )
-    attempt_may_have_ended(task_run.attempt_id)
-    deadline = time.monotonic() + SUCCESSOR_WAIT_S
-    while time.monotonic() < deadline:
-        successor = (
-            TaskRun.objects.filter(
-                container_id=task_run.container_id,
-                attempt__job_id=task_run.attempt.job_id,
-                attempt__number__gt=task_run.attempt.number,
-            )
-            .order_by("attempt__number")
-            .first()
-        )
-        if successor is not None:
-            return successor
-        attempt = Attempt.objects.get(id=task_run.attempt_id)
-        if attempt.state == Attempt.State.ENDED and attempt.outcome:
-            return None  # decided, and not a restart in this container
-        time.sleep(0.05)
-    return None
-
-
-def hang_suspected(task_run_id: int, container, metrics: dict) -> None:
-    """Suspected hang: an event (and notification) always; with H, a hang restart."""
-    if not TaskRun.objects.filter(id=task_run_id, state=TaskRun.State.RUNNING, hang_suspected_at=None).update(
-        hang_suspected_at=timezone.now(), evidence={"hang": metrics}
-    ):
-        return
-    task_run = TaskRun.objects.select_related("attempt__job").get(id=task_run_id)
-    job = task_run.attempt.job
-    with transaction.atomic():
-        events.record(
-            job,
-            EventKind.SUSPECTED_HANG,
-            f"worker-{task_run.index} looks stuck: no CPU use, no log output"
-            f"{', no GPU use' if metrics.get('gpu_util_percent') is not None else ''}"
-            f" for {metrics['idle_for_s']} s (window {metrics['window_s']} s).",
-            task=task_run.task_name,
-            **metrics,
-        )
-    if not (job.hang_restart and job.max_restarts_effective > 0):
-        return
-    stacks = capture_stacks(container)
-    TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.RUNNING).update(
-        state=TaskRun.State.EXITED,
-        hung=True,
-        ended_in_place=True,
-        ended_at=timezone.now(),
-        evidence={"hang": metrics, "stacks": stacks},
-    )
-    attempt_may_have_ended(task_run.attempt_id)
-
-
-# -- ending --------------------------------------------------------------------------
 def work_lost_steps(task_run: TaskRun) -> int | None:
     """Steps trained since the last checkpoint, from the failed run's own log: its last
     `[progress] step=N` minus its last `[checkpoint] saved step=C` (or the step it resumed
