@@ -33,11 +33,19 @@ def client_for(host: DockerHost, *, timeout: int = 30) -> docker.DockerClient:
         clients = _local.clients = {}
     key = (host.base_url, timeout)
     if key not in clients:
-        clients[key] = docker.DockerClient(base_url=host.base_url, timeout=timeout, version="auto")
+        # The API version is asked once per engine and process (a GET /version per new client
+        # sat on every restart's path).
+        version = _api_versions.get(host.base_url, "auto")
+        clients[key] = client = docker.DockerClient(base_url=host.base_url, timeout=timeout, version=version)
+        _api_versions.setdefault(host.base_url, client.api.api_version)
     return clients[key]
 
 
+_api_versions: dict[str, str] = {}
+
+
 def forget_client(host: DockerHost) -> None:
+    _api_versions.pop(host.base_url, None)  # the engine may have been upgraded while it was away
     clients = getattr(_local, "clients", {})
     for key in [k for k in clients if k[0] == host.base_url]:
         clients.pop(key).close()

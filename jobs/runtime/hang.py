@@ -10,9 +10,10 @@ threshold, no log line arrived and no GPU was busy.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from faulttolerance.hang import SAMPLE_EVERY_S, HangJudge
 
 from .engine import BUSYBOX, MA_USER, exec_bounded
 
@@ -27,8 +28,6 @@ CPU_USAGE_CMD = [
 SAMPLE_TIMEOUT_S = 5
 STACKS_TIMEOUT_S = 30
 STACKS_MAX_BYTES = 256 * 1024
-SAMPLE_EVERY_S = 2.0
-IDLE_CPU_FRACTION = 0.02  # below 2% of one core counts as idle
 
 # Returns the utilisation (0-100) of the container's busiest GPU, or None.
 GpuSampler = Callable[[object], float | None]
@@ -66,81 +65,31 @@ def cpu_usage_ns(container) -> int | None:
 
 
 @dataclass
-class HangWatch:
-    """The judgement: idle when no log line, CPU use or GPU use was seen for the window.
+class HangWatch(HangJudge):
+    """The judgement (faulttolerance/hang.py) fed with this container's samples.
 
     tick() is called by the follower on every loop turn and does no I/O when
     a Sampler thread feeds it (sample_inline=False): a `docker exec` in the
     log loop would delay every log line behind it.
     """
 
-    window_s: float
     gpu_sampler: GpuSampler = no_gpu
-    clock: Callable[[], float] = time.monotonic
     sample_inline: bool = True
-    last_activity: float = field(default=0.0)
-    last_sample_at: float = field(default=0.0)
-    last_cpu_ns: int | None = None
-    idle_cpu_fraction: float = 0.0
-    gpu_util: float | None = None
-    suspected: bool = False
-
-    def __post_init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        now = self.clock()
-        self.last_activity = self.last_sample_at = now
-        self.last_cpu_ns = None
-        self.suspected = False
 
     def tick(self, container, got_lines: bool) -> bool:
         """Returns True once when a hang becomes suspected."""
-        now = self.clock()
-        if got_lines:
-            self._active(now)
-        if self.sample_inline and now - self.last_sample_at >= SAMPLE_EVERY_S:
+        if self.sample_inline and self.clock() - self.last_sample_at >= SAMPLE_EVERY_S:
             self.sample(container)
-        if self.suspected or now - self.last_activity < self.window_s:
-            return False
-        self.suspected = True
-        return True
-
-    def _active(self, now: float) -> None:
-        self.last_activity = now
-        self.suspected = False
+        return self.judge(got_lines)
 
     def sample(self, container) -> None:
         """One CPU (and GPU) sample; errors mean "no sample" (the follower sees the container end)."""
-        now = self.clock()
         try:
             usage = cpu_usage_ns(container)
             gpu = self.gpu_sampler(container)
         except Exception:
             usage = gpu = None
-        elapsed = now - self.last_sample_at
-        self.last_sample_at = now
-        if usage is not None and self.last_cpu_ns is not None and elapsed > 0:
-            self.idle_cpu_fraction = (usage - self.last_cpu_ns) / 1e9 / elapsed
-            if self.idle_cpu_fraction >= IDLE_CPU_FRACTION:
-                self._active(now)
-        self.last_cpu_ns = usage
-        self.gpu_util = gpu
-        if gpu:
-            self._active(now)
-
-    def needs_sample(self) -> bool:
-        # A job that logs is alive: no exec while lines flow.
-        return self.clock() - self.last_activity >= SAMPLE_EVERY_S
-
-    def metrics(self) -> dict:
-        return {
-            "idle_for_s": round(self.clock() - self.last_activity, 1),
-            "window_s": self.window_s,
-            "cpu_cores_used": round(self.idle_cpu_fraction, 4),
-            "gpu_util_percent": self.gpu_util,
-            "log_lines_in_window": 0,
-        }
+        self.observe(usage, gpu)
 
 
 class Sampler(threading.Thread):
