@@ -105,7 +105,8 @@ class RunView:
 
     def fragments(self) -> tuple[str, str, int]:
         """(HTML to append to #log-lines, out-of-band replacements of lines already sent, the
-        number of lines appended)."""
+        number of lines sent: appended or redrawn, so that a job that only redraws lines, say
+        cursor-up and rewrite in a loop, is paced like one that prints new ones)."""
         changes = self.term.take()
         not_shown = self.not_shown + changes.dropped
         self.not_shown = 0
@@ -130,7 +131,7 @@ class RunView:
             f'<div hx-swap-oob="innerHTML:{line_selector(self.run.id, line.id)}">{line.html(LINE_CAP)}</div>'
             for line in changed
         )
-        return appended, replaced, len(changes.new)
+        return appended, replaced, len(changes.new) + len(changed)
 
 
 def push_records(event: dict) -> list[LogLine] | None:
