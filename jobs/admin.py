@@ -20,7 +20,7 @@ from .models import (
     TrainingJob,
     Workspace,
 )
-from .runtime import lifecycle
+from .runtime import stop
 
 
 @admin.register(Workspace)
@@ -250,7 +250,7 @@ class TrainingJobAdmin(admin.ModelAdmin):
 
     @admin.action(description="Force stop (terminate, no restart)")
     def force_stop(self, request, queryset):
-        stopped = sum(lifecycle.request_terminate(job.id) for job in queryset)
+        stopped = sum(stop.request_terminate(job.id) for job in queryset)
         self.message_user(request, f"Stopping {stopped} job(s).", messages.SUCCESS)
 
 

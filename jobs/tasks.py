@@ -1,58 +1,75 @@
-"""Celery tasks: thin, take ids, and are safe to run twice (see jobs.runtime)."""
+"""Celery tasks: thin, take ids, and are safe to run twice (see jobs.runtime).
+
+The runtime queues them through jobs/runtime/later.py (one typed function each), so this
+module imports the runtime inside each task: the runtime imports this one.
+"""
 
 import os
 
 from celery import shared_task
 
-from jobs.runtime import decide, follow, lifecycle, outputs
-from jobs.runtime import reconcile as reconcile_steps
-
 
 @shared_task
 def schedule_job(job_id: str) -> bool:
-    return lifecycle.schedule_job(job_id)
+    from jobs.runtime import schedule
+
+    return schedule.schedule_job(job_id)
 
 
 @shared_task
 def start_attempt(attempt_id: int) -> bool:
-    return lifecycle.start_attempt(attempt_id)
+    from jobs.runtime import start
+
+    return start.start_attempt(attempt_id)
 
 
 @shared_task
 def follow_task_run(task_run_id: int, drain: bool = False) -> bool:
+    from jobs.runtime import follow
+
     return follow.follow_task_run(task_run_id, drain=drain)
 
 
 @shared_task
 def end_attempt(attempt_id: int) -> bool:
+    from jobs.runtime import decide
+
     return decide.attempt_may_have_ended(attempt_id)
 
 
 @shared_task
 def stop_job(job_id: str) -> bool:
-    return lifecycle.stop_job(job_id)
+    from jobs.runtime import stop
+
+    return stop.stop_job(job_id)
 
 
 @shared_task
 def job_outputs(job_id: str) -> bool:
+    from jobs.runtime import outputs
+
     return outputs.complete_outputs(job_id)
 
 
 @shared_task
 def delete_job_logs(job_id: str) -> bool:
+    from jobs.runtime import outputs
+
     return outputs.delete_logs(job_id)
 
 
 @shared_task
 def release_job_resources(job_id: str) -> bool:
     """An ended job's volumes and code copies on its hosts (jobs/runtime/cleanup.py); idempotent."""
-    from jobs.runtime.cleanup import release_job_resources as release
+    from jobs.runtime import cleanup
 
-    return release(job_id)
+    return cleanup.release_job_resources(job_id)
 
 
 @shared_task
 def reconcile() -> list[str]:
+    from jobs.runtime import reconcile as reconcile_steps
+
     return reconcile_steps.reconcile()
 
 

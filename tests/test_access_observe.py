@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import serialization
 
 from jobs import validators as v
 from jobs.models import FileSystem, KeyPair, Phase, TaskRun, TrainingJob
-from jobs.runtime import cleanup, docker_hosts, engine, lifecycle, ssh
+from jobs.runtime import cleanup, docker_hosts, engine, schedule, ssh
 from jobs.runtime.layout import layout_environment, runtime_layout
 from jobs.runtime.staging import job_data_dir, mounts_for, prepare_sources
 from tests.conftest import BUSYBOX, submit_job, wait_for
@@ -196,7 +196,7 @@ def test_every_instance_gets_the_same_trust_files_and_the_summary_dir(demo, work
     preview = runtime_layout(job)  # what the wizard shows before submitting
     job.full_clean()
     job.save()
-    lifecycle.submit(job)
+    schedule.submit(job)
 
     runs = running_runs(job, 2)
     for run in runs:

@@ -21,3 +21,36 @@ def test_faulttolerance_never_imports_the_runtime_nor_docker():
     for path in sorted((ROOT / "faulttolerance").glob("*.py")):
         for module in imported_modules(path):
             assert not module.startswith(("jobs.runtime", "docker", "requests")), f"{path.name} imports {module}"
+
+
+def application_modules():
+    for package in ("console", "jobs", "faulttolerance"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "migrations" not in path.parts:
+                yield path
+
+
+def test_only_the_engine_module_talks_to_docker():
+    """One Docker boundary (jobs/runtime/engine.py): the SDK's calls, its errors turned into the
+    console's, its types. Everything else goes through it."""
+    for path in application_modules():
+        if path == ROOT / "jobs" / "runtime" / "engine.py":
+            continue
+        for module in imported_modules(path):
+            assert not module.startswith("docker"), f"{path.relative_to(ROOT)} imports {module}"
+
+
+def test_tasks_are_queued_by_typed_calls_not_by_name():
+    """Work is handed to the worker through jobs/runtime/later.py (a function per task), never by
+    a task name looked up at run time: a misspelt task is an error where it is written."""
+    from jobs import tasks
+    from jobs.runtime import later
+
+    for path in application_modules():
+        text = path.read_text()
+        assert "getattr(tasks" not in text, f"{path.relative_to(ROOT)} looks a task up by name"
+        assert "send_task(" not in text, f"{path.relative_to(ROOT)} sends a task by name"
+    for name in dir(later):
+        function = getattr(later, name)
+        if callable(function) and getattr(function, "__module__", "") == later.__name__ and not name.startswith("_"):
+            assert hasattr(tasks, name), f"later.{name} names no task of jobs.tasks"

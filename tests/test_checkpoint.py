@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jobs.models import Phase, TaskRun, TrainingJob
-from jobs.runtime import lifecycle
+from jobs.runtime import stop
 from jobs.runtime.logs import read_lines
 from tests.conftest import PYTHON_IMAGE, submit_job, wait_for
 from tests.pytest_env import TEST_LABEL
@@ -146,5 +146,5 @@ def test_hang_restart_records_the_python_stacks(demo, worker):
     assert record.evidence["hang"]["idle_for_s"] >= 3
     assert "work_lost_steps" not in record.evidence  # the job reports no progress steps
 
-    lifecycle.request_terminate(job.id)
+    stop.request_terminate(job.id)
     wait_for(lambda: ended(job), timeout=30, message="termination")

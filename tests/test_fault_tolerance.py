@@ -6,7 +6,7 @@ from django.test import Client
 from django.utils import timezone
 
 from jobs.models import DockerHost, EventKind, Flavor, Phase, TaskRun, TrainingJob
-from jobs.runtime import lifecycle
+from jobs.runtime import stop
 from tests.conftest import submit_job, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -105,7 +105,7 @@ def test_suspected_hang_without_hang_restart_is_only_an_event(demo, worker):
     wait_for(lambda: job.events.filter(kind=EventKind.SUSPECTED_HANG).exists(), timeout=30, message="the event")
     assert reload(job).phase == Phase.RUNNING
     assert job.attempts.count() == 1 and not job.recoveries.exists()
-    lifecycle.request_terminate(job.id)
+    stop.request_terminate(job.id)
     wait_for(lambda: ended(job), message="termination")
 
 

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from jobs import storage
 from jobs.models import Attempt, FileSystem, Phase, ResourcePool, TaskRun, TrainingJob
-from jobs.runtime import lifecycle, outputs
+from jobs.runtime import outputs, schedule
 from jobs.runtime.hostpaths import (
     PathEscape,
     confined,
@@ -396,7 +396,7 @@ def run_job(demo, pool, **fields) -> TrainingJob:
     job = unsaved(demo, **(defaults | fields))
     job.full_clean()
     job.save()
-    lifecycle.submit(job)
+    schedule.submit(job)
     wait_for(lambda: ended(job), timeout=60, message=f"job {job.name} to end")
     return job
 

@@ -15,7 +15,7 @@ import docker
 import pytest
 
 from jobs.models import Attempt, Phase, TaskRun, TrainingJob
-from jobs.runtime import lifecycle
+from jobs.runtime import schedule, stop
 from jobs.runtime.logs import read_lines, split_frame
 from tests.conftest import describe, submit_job, wait_for
 
@@ -105,7 +105,7 @@ def wait_until_ended_without_followers(job, timeout: float = 60) -> None:
         # A decision that ends the job stops the instances still running right after it
         # (each within STOP_TIMEOUT_S); their followers persist the last lines and let go.
         # None may stay: a claim held past that is a follower stuck, its log not whole.
-        wait_for(released, timeout=2 * lifecycle.STOP_TIMEOUT_S + 5, message="every follower to let go")
+        wait_for(released, timeout=2 * stop.STOP_TIMEOUT_S + 5, message="every follower to let go")
     except AssertionError as exc:
         raise AssertionError(f"{exc}:\n{describe()}") from None
 
@@ -249,7 +249,7 @@ def test_a_run_restarted_in_place_and_followed_afresh_starts_at_its_restart_line
         threads[-1].start()
 
     try:
-        lifecycle.schedule_job(job.id)  # creates and starts attempt 1 here
+        schedule.schedule_job(job.id)  # creates and starts attempt 1 here
         logs = follow_containers(job, 1)  # Docker's own record of both containers
         first = runs_of(job, 1)
         follow(first[0].id)  # rank 1's follower is gone: nobody follows first[1]
@@ -277,8 +277,8 @@ def test_a_run_restarted_in_place_and_followed_afresh_starts_at_its_restart_line
         assert persisted(job, 1, 0) + persisted(job, 2, 0) == logs[0].result()
     finally:
         if not ended(job):
-            lifecycle.request_terminate(job.id)
-            lifecycle.stop_job(job.id)
+            stop.request_terminate(job.id)
+            stop.stop_job(job.id)
         for thread in threads:
             thread.join(30)
 

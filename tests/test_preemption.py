@@ -15,7 +15,7 @@ from django.conf import settings as django_settings
 from faulttolerance.classify import PREEMPTED
 from jobs.capacity import HostCapacity, Resources
 from jobs.models import Attempt, DockerHost, EventKind, Flavor, Phase, ResourcePool, TrainingJob
-from jobs.runtime import lifecycle, preemption
+from jobs.runtime import preemption, stop
 from jobs.runtime.placement import Request
 from jobs.runtime.preemption import Candidate, choose_victims, may_preempt
 from tests.conftest import submit_job, wait_for
@@ -211,7 +211,7 @@ def test_a_higher_priority_job_preempts_the_youngest_preemptible_one_which_runs_
     assert young.phase_reason == "Waiting for capacity: no host of pool pre has 2 free CPUs."
     assert [j.phase for j in (old, high)] == [Phase.RUNNING, Phase.RUNNING]
 
-    lifecycle.request_terminate(high.id)
+    stop.request_terminate(high.id)
     wait_for(lambda: running(young), timeout=40, message="the young job running again")
     second = young.attempts.get(number=2)
     assert second.level == "job" and second.preempted_at is None

@@ -3,7 +3,7 @@
 import pytest
 
 from jobs.models import Phase, TrainingJob
-from jobs.runtime import lifecycle
+from jobs.runtime import stop
 from tests.conftest import submit_job, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -84,7 +84,7 @@ def test_stop_removes_the_container_and_does_not_restart(demo, worker, docker_cl
         demo, fault_tolerance=True, max_restarts=3, command="while true; do echo still here; sleep 0.2; done"
     )
     container = running_container(docker_client, job)
-    assert lifecycle.request_terminate(job.id)
+    assert stop.request_terminate(job.id)
     wait_for(lambda: phase(job) == Phase.TERMINATED, message="Terminated")
     # Removed right after the decision (which comes first, to keep restarts fast).
     wait_for(

@@ -15,7 +15,7 @@ from django.conf import settings
 from jobs import storage
 from jobs import validators as v
 from jobs.models import Attempt, Dataset, FileSystem, Flavor, Phase, ResourcePool, TaskRun, TrainingJob
-from jobs.runtime import docker_hosts, engine, lifecycle
+from jobs.runtime import docker_hosts, engine, schedule
 from jobs.runtime.layout import DATA_MOUNT_ROOT, layout_environment, runtime_layout
 from jobs.runtime.logs import read_lines
 from jobs.runtime.staging import StagingError, mounts_for, prepare_sources, volume_labels
@@ -350,7 +350,7 @@ def test_dedicated_job_mounts_match_the_preview_and_honour_read_only(demo, worke
     preview = runtime_layout(job)  # what the wizard shows before submitting
     job.full_clean()
     job.save()
-    lifecycle.submit(job)
+    schedule.submit(job)
 
     run = run_of(job)
     wait_for(lambda: "probes-done" in log_texts(run), message="the probes")

@@ -25,7 +25,7 @@ from jobs.models import (
     TrainingJob,
     Workspace,
 )
-from jobs.runtime import lifecycle, reconcile
+from jobs.runtime import reconcile, stop
 from jobs.runtime.placement import Request, place
 from tests.conftest import submit_job, wait_for
 
@@ -189,7 +189,7 @@ def test_auto_stop_counts_from_the_first_start(owner_and_workspace, settings):
         job.refresh_from_db()
     assert (due.phase, due.terminate_requested) == (Phase.TERMINATING, True)
     assert due.phase_reason == "Auto stopped after 1 hour of running."
-    assert lifecycle.stop_reason(due) == due.phase_reason
+    assert stop.stop_reason(due) == due.phase_reason
     assert [j.phase for j in (long_queued, never_started, no_auto_stop)] == [
         Phase.RUNNING,
         Phase.PENDING,
@@ -276,7 +276,7 @@ def test_a_job_waits_for_capacity_and_starts_once_it_is_free(ded, worker, docker
     assert small.phase == Phase.PENDING
     assert small.phase_reason == "Waiting for capacity: no host of pool ded has 1 free CPU."
     assert not small.attempts.exists()
-    lifecycle.request_terminate(big.id)
+    stop.request_terminate(big.id)
     wait_for(lambda: ended(small), timeout=40, message="the small job to run once the big one stopped")
     assert small.phase == Phase.COMPLETED and small.phase_reason == ""
     assert hosts_of(small) == ["node-a"]
@@ -292,7 +292,7 @@ def test_pending_jobs_start_by_priority_then_age(ded, worker):
     wait_for(lambda: "Queued behind high " in reload(low).phase_reason, message="the queue order in the reasons")
     assert reload(high).phase_reason == "Waiting for capacity: no host of pool ded has 2 free CPUs."
     wait_for(lambda: "Queued behind high " in reload(high_later).phase_reason, message="the later job queued")
-    lifecycle.request_terminate(blocker.id)
+    stop.request_terminate(blocker.id)
     for job in (high, high_later, low):
         wait_for(lambda job=job: ended(job), timeout=40, message=f"{job.name} to end")
         assert job.phase == Phase.COMPLETED, job.phase_reason
@@ -367,7 +367,7 @@ def test_retention_keeps_the_containers_then_removes_them(ded, worker, docker_cl
     assert docker_client.containers.get(kept[0].id).logs().decode().strip().endswith("done")
 
     # Stopping a retained job releases it now.
-    assert lifecycle.request_terminate(failed.id)
+    assert stop.request_terminate(failed.id)
     wait_for(lambda: reload(failed).phase == Phase.FAILED, message="Failed after the release")
     assert failed.phase_reason.endswith("Containers removed when the user stopped the job.")
     assert not containers(docker_client, failed)
@@ -384,7 +384,7 @@ def test_retention_keeps_the_containers_then_removes_them(ded, worker, docker_cl
 def test_stopping_a_job_with_retention_keeps_nothing(ded, worker, docker_client):
     job = dedicated_job(ded, name="stopped", retention_hours=1, node_count=2, command="sleep 60")
     wait_for(lambda: running(job), message="the job running")
-    lifecycle.request_terminate(job.id)
+    stop.request_terminate(job.id)
     wait_for(lambda: ended(job), timeout=30, message="the job to end")
     assert (job.phase, job.phase_reason) == (Phase.TERMINATED, "Stopped by the user.")
     wait_for(lambda: not containers(docker_client, job), message="its containers removed")

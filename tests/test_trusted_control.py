@@ -12,7 +12,8 @@ import docker
 import pytest
 
 from jobs.models import Attempt, DockerHost, EventKind, Phase, TaskRun, TrainingJob
-from jobs.runtime import docker_hosts, lifecycle
+from jobs.runtime import docker_hosts, start
+from jobs.runtime import stop as stopping
 from jobs.runtime.logs import read_lines
 from tests.conftest import submit_job, wait_for
 
@@ -32,7 +33,7 @@ def texts(job: TrainingJob, attempt: int = 1, index: int = 0) -> list[str]:
 
 
 def stop(job: TrainingJob) -> None:
-    lifecycle.request_terminate(job.id)
+    stopping.request_terminate(job.id)
     wait_for(lambda: reload(job).is_final, timeout=30, message="the job to stop")
 
 
@@ -214,11 +215,11 @@ def test_a_start_run_twice_at_once_makes_one_container_per_instance(demo, worker
     barrier = threading.Barrier(2)
     results = []
 
-    def start():
+    def start_once():
         barrier.wait()
-        results.append(lifecycle.start_attempt(attempt.id))
+        results.append(start.start_attempt(attempt.id))
 
-    threads = [threading.Thread(target=start) for _ in range(2)]
+    threads = [threading.Thread(target=start_once) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:

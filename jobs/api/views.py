@@ -15,7 +15,7 @@ from jobs import listing
 from jobs.access import check_quota, visible_jobs, workspaces_of
 from jobs.listing import JobQuery
 from jobs.models import FINAL_PHASES, TaskRun, TrainingJob, Workspace
-from jobs.runtime import lifecycle, metrics, outputs
+from jobs.runtime import metrics, outputs, schedule, stop
 
 from . import schema as s
 from .representations import event_representation, job_representation, recovery_representation
@@ -95,7 +95,7 @@ class TrainingJobList(APIView):
                 return _error(status.HTTP_400_BAD_REQUEST, {"quota": exc.messages})
             serializer.is_valid(raise_exception=True)
             job = serializer.save()
-            lifecycle.submit(job)
+            schedule.submit(job)
         job.refresh_from_db()
         return Response(job_representation(job), status=status.HTTP_201_CREATED)
 
@@ -160,7 +160,7 @@ class TrainingJobActions(APIView):
                 },
                 status=status.HTTP_400_BAD_REQUEST,
             )
-        lifecycle.request_terminate(job.id)
+        stop.request_terminate(job.id)
         job.refresh_from_db()
         return Response(job_representation(job), status=status.HTTP_202_ACCEPTED)
 

@@ -2,6 +2,7 @@
 
 - docker_hosts: Docker clients and container specs;
 - logs: the persisted log of each task run and the follower that fills it;
-- lifecycle: schedule, start, end-of-attempt decision, stop;
+- schedule, start, follow, decide, stop: the verbs of a job's life (lifecycle: what they share);
+- later: the typed hand-off of work to the Celery worker;
 - reconcile: the periodic steps that make a crashed worker lose nothing.
 """

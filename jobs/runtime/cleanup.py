@@ -13,13 +13,12 @@ import logging
 import shutil
 from datetime import UTC, datetime
 
-import docker
 from django.conf import settings
 from django.utils import timezone
 
 from jobs.models import RETAINED_PHASES, Attempt, DockerHost, TaskRun, TrainingJob
 
-from . import docker_hosts, engine, ssh
+from . import engine, ssh
 from .layout import LOCAL_CODE_STAGING
 
 log = logging.getLogger(__name__)
@@ -54,14 +53,10 @@ def release_job_resources(job_id) -> bool:
 def _release_on_host(job: TrainingJob, host: DockerHost) -> bool:
     label = f"console.job={job.id}"
     try:
-        client = docker_hosts.client_for(host)
-        if client.containers.list(all=True, sparse=True, filters={"label": label}):
+        if engine.containers_labelled(host, label):
             return False  # still being drained or removed; volumes in use cannot go
-        for volume in client.volumes.list(filters={"label": label}):
-            volume.remove(force=True)
-        for network in client.networks.list(filters={"label": label}):  # the job's own network
-            network.remove()
-    except (docker.errors.DockerException, OSError) as exc:
+        engine.remove_labelled_volumes_and_networks(host, label)  # and the job's own network
+    except engine.EngineError as exc:
         log.info("resources of %s on %s stay for now: %s", job.id, host.name, exc)
         return False
     return True
@@ -82,10 +77,10 @@ def release_ended_jobs() -> bool:
         .order_by("ended_at")
         .values_list("id", flat=True)[:BATCH]
     )
-    from jobs import tasks
+    from . import later
 
     for job_id in ids:
-        tasks.release_job_resources.delay(str(job_id))
+        later.release_job_resources(job_id)
     return bool(ids)
 
 
@@ -108,9 +103,8 @@ def remove_orphaned_containers() -> bool:
     removed = False
     for host in DockerHost.objects.filter(enabled=True, isolated=False):
         try:
-            client = docker_hosts.client_for(host)
-            containers = client.containers.list(all=True, sparse=True, filters={"label": labels})
-        except (docker.errors.DockerException, OSError) as exc:
+            containers = engine.containers_labelled(host, labels)
+        except engine.EngineError as exc:
             log.info("cannot list the containers of %s: %s", host.name, exc)
             continue
         for container in containers:
@@ -119,10 +113,10 @@ def remove_orphaned_containers() -> bool:
             if created > cutoff or not _orphaned(name, cutoff, created < unknown_cutoff):
                 continue
             try:
-                container.remove(force=True)
+                engine.remove_container(container)
                 removed = True
                 log.warning("removed orphaned container %s on %s", name, host.name)
-            except docker.errors.DockerException as exc:
+            except engine.EngineError as exc:
                 log.info("could not remove orphaned container %s: %s", name, exc)
     return removed
 

@@ -22,19 +22,11 @@ from faulttolerance.policy import Counters, Decision, Policy, decide, escalate
 from jobs import events
 from jobs.models import Attempt, EventKind, Phase, TaskRun, TrainingJob
 
-from . import faults, placement, reports
-from .lifecycle import (
-    announce,
-    dispatch,
-    finish,
-    isolate_host,
-    new_attempt,
-    pick_hosts,
-    remove_attempt_containers,
-    stop_attempt_containers,
-    stop_reason,
-)
+from . import faults, later, placement, reports
+from .lifecycle import announce, isolate_host
 from .logs import recent_text
+from .schedule import new_attempt, pick_hosts
+from .stop import finish, remove_attempt_containers, stop_attempt_containers, stop_reason
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +245,7 @@ def _requeue_preempted(job: TrainingJob, attempt: Attempt, runs: list[TaskRun]) 
     # The stopped containers hold nothing worth keeping (retention is for ended jobs), and the
     # room they freed is for the job that asked for it: schedule the pool's queue now.
     transaction.on_commit(lambda: remove_attempt_containers(attempt_id))
-    dispatch("schedule_job", job_id)
+    later.schedule_job(job_id)
 
 
 def _facts(run: TaskRun) -> c.EndFacts:

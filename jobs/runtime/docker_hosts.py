@@ -1,10 +1,7 @@
-"""Docker clients per host and the container spec of a task run (SPEC §8)."""
+"""The container spec of a task run (SPEC §8): what engine.create_container is given."""
 
 from __future__ import annotations
 
-import threading
-
-import docker
 from django.conf import settings
 
 from faulttolerance.launcher import LAUNCHER, check_environment
@@ -22,33 +19,6 @@ from .staging import job_data_dir  # noqa: F401 - part of this API
 MA_USER = engine.MA_USER
 # Each multi-instance job has a network of its own: the port is the job's, not the host's.
 MASTER_PORT = 29500
-
-_local = threading.local()
-
-
-def client_for(host: DockerHost, *, timeout: int = 30) -> docker.DockerClient:
-    """A client per thread and host: requests sessions are not shared across threads."""
-    clients = getattr(_local, "clients", None)
-    if clients is None:
-        clients = _local.clients = {}
-    key = (host.base_url, timeout)
-    if key not in clients:
-        # The API version is asked once per engine and process (a GET /version per new client
-        # sat on every restart's path).
-        version = _api_versions.get(host.base_url, "auto")
-        clients[key] = client = docker.DockerClient(base_url=host.base_url, timeout=timeout, version=version)
-        _api_versions.setdefault(host.base_url, client.api.api_version)
-    return clients[key]
-
-
-_api_versions: dict[str, str] = {}
-
-
-def forget_client(host: DockerHost) -> None:
-    _api_versions.pop(host.base_url, None)  # the engine may have been upgraded while it was away
-    clients = getattr(_local, "clients", {})
-    for key in [k for k in clients if k[0] == host.base_url]:
-        clients.pop(key).close()
 
 
 def container_labels(job: TrainingJob, attempt: Attempt, task_run: TaskRun) -> dict[str, str]:
@@ -148,7 +118,7 @@ def resource_kwargs(job: TrainingJob, pool: ResourcePool | None = None) -> dict:
         # No swap beyond the memory limit: a job over its memory is OOM-killed, as on a real node.
         limits["mem_limit"] = limits["memswap_limit"] = f"{spec['memory_mb']}m"
     if spec["gpus"]:
-        limits["device_requests"] = [docker.types.DeviceRequest(count=spec["gpus"], capabilities=[["gpu"]])]
+        limits["device_requests"] = [engine.gpu_request(spec["gpus"])]
     return limits
 
 
@@ -186,8 +156,8 @@ def container_create_kwargs(job: TrainingJob, attempt: Attempt, task_run: TaskRu
         # the console's tools (read-only) and the container's control dir.
         "mounts": [
             *staging.mounts_for(job, attempt, task_run, runtime),
-            docker.types.Mount(engine.TOOLS_MOUNT, str(engine.runtime_tools_dir()), type="bind", read_only=True),
-            docker.types.Mount(engine.CONTROL_MOUNT, str(control), type="bind"),
+            engine.bind_mount(engine.TOOLS_MOUNT, str(engine.runtime_tools_dir()), read_only=True),
+            engine.bind_mount(engine.CONTROL_MOUNT, str(control)),
         ],
         # Root's: the launcher writes the instance host names there; the job only reads them.
         "tmpfs": {"/etc/volcano": "mode=755,size=64k"},
@@ -196,49 +166,15 @@ def container_create_kwargs(job: TrainingJob, attempt: Attempt, task_run: TaskRu
         "sysctls": {"net.ipv6.conf.all.disable_ipv6": "1"},
         # The local driver keeps every byte the job prints (json-file replaces invalid UTF-8)
         # and bounds what a host keeps: the console persists the log as it comes.
-        "log_config": docker.types.LogConfig(
-            type="local", config={"max-size": "64m", "max-file": "4", "compress": "false"}
-        ),
+        "log_config": engine.local_log_config(max_size="64m", max_files=4),
         "detach": True,
     }
 
 
-def ensure_job_network(client: docker.DockerClient, job: TrainingJob) -> str:
-    """Create the job's network on this host unless it is there: internal (no route out) and
-    without an address of the host on its bridge (inhibit_ipv4), so that neither the host's
-    loopback nor any of its addresses is reachable; labelled for its removal with the job."""
-    name = job_network(job)
-    try:
-        existing = client.networks.get(name)
-        options = existing.attrs.get("Options") or {}
-        if not existing.attrs.get("Internal") or options.get("com.docker.network.bridge.inhibit_ipv4") != "true":
-            raise docker.errors.APIError(
-                f"network {name} exists on this host but is not an internal network without a host address"
-            )
-    except docker.errors.NotFound:
-        try:
-            client.networks.create(
-                name,
-                driver="bridge",
-                internal=True,
-                options={"com.docker.network.bridge.inhibit_ipv4": "true"},
-                labels=staging.volume_labels(job, "network"),
-                check_duplicate=True,
-            )
-        except docker.errors.APIError as exc:
-            if exc.status_code != 409:  # another start created it meanwhile
-                raise
-    return name
-
-
-def create_container(
-    client: docker.DockerClient, job: TrainingJob, attempt: Attempt, task_run: TaskRun, hosts: list[DockerHost]
-) -> docker.models.containers.Container:
-    """Create (not start) this instance's container; on its network, the other instances
-    know it by its instance host name."""
-    kwargs = container_create_kwargs(job, attempt, task_run, hosts)
-    if kwargs["network"] != "none":
-        ensure_job_network(client, job)
-        alias = instance_hostname(job, task_run.index)
-        kwargs["networking_config"] = {kwargs["network"]: client.api.create_endpoint_config(aliases=[alias])}
-    return client.containers.create(**kwargs)
+def create_container(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hosts: list[DockerHost]):
+    """Create (not start) this instance's container on its host; on the job's network (made
+    first, engine.ensure_internal_network), the other instances know it by its host name."""
+    spec = container_create_kwargs(job, attempt, task_run, hosts)
+    if spec["network"] != "none":
+        engine.ensure_internal_network(task_run.host, spec["network"], staging.volume_labels(job, "network"))
+    return engine.create_container(task_run.host, spec, network_alias=instance_hostname(job, task_run.index))

@@ -1,7 +1,11 @@
-"""The console's edge with the Docker engine: what every caller needs to talk to a
-container without trusting it.
+"""The console's edge with the Docker engine: the only module that imports the docker SDK
+(tests/test_architecture.py holds the rest of the code to that).
 
-- `HOST_ERRORS`: what a call raises when the engine (or the host) cannot answer.
+- Errors: every call here raises the console's own `EngineError` (`NotFound`, `ImageNotFound`,
+  `Unreachable`), never the SDK's; `HOST_ERRORS` is what a caller catches when the engine (or
+  its host) refused or could not answer.
+- Clients per thread and host, containers, networks, volumes and mounts: the runtime holds the
+  SDK's objects only as handles it passes back here (reading `.id`, `.name`, `.status`, `.attrs`).
 - The runtime tools: a static busybox of the console's own, bind-mounted read-only
   at `/.console/bin` in every job container. The launcher runs on it (as root, before
   it drops to ma-user for the user's command), and every exec the console runs uses
@@ -15,6 +19,7 @@ container without trusting it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -22,6 +27,8 @@ import shutil
 import stat
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +38,57 @@ from django.conf import settings
 
 log = logging.getLogger(__name__)
 
-HOST_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
+
+# -- errors at the edge ---------------------------------------------------------------------------------
+class EngineError(Exception):
+    """The engine refused a call (`status_code` is its HTTP status) or could not be asked."""
+
+    def __init__(self, message: str, status_code: int | None = None, explanation: str = ""):
+        super().__init__(message)
+        self.status_code = status_code
+        self.explanation = explanation or message
+
+
+class NotFound(EngineError):
+    """No such container, network or volume (404)."""
+
+
+class ImageNotFound(NotFound):
+    """The image is not on the host (no registry: images are built locally)."""
+
+
+class Unreachable(EngineError):
+    """No answer: the host's engine is down, or the connection broke or timed out."""
+
+
+HOST_ERRORS = (EngineError,)
+
+
+@contextmanager
+def _edge() -> Iterator[None]:
+    """The SDK's exceptions turned into the console's, once, here."""
+    try:
+        yield
+    except EngineError:
+        raise
+    except docker.errors.ImageNotFound as exc:
+        raise ImageNotFound(str(exc), 404, str(exc.explanation or exc)) from exc
+    except docker.errors.NotFound as exc:
+        raise NotFound(str(exc), 404, str(exc.explanation or exc)) from exc
+    except docker.errors.APIError as exc:
+        raise EngineError(str(exc), exc.status_code, str(exc.explanation or exc)) from exc
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+        raise Unreachable(str(exc)) from exc
+
+
+def _at_edge(func):
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        with _edge():
+            return func(*args, **kwargs)
+
+    return wrapper
+
 
 TOOLS_MOUNT = "/.console/bin"
 BUSYBOX = f"{TOOLS_MOUNT}/busybox"
@@ -147,6 +204,7 @@ class ExecResult:
     timed_out: bool = False  # ended by the timeout (exit 137 from `timeout -s KILL`, or the socket's)
 
 
+@_at_edge
 def exec_bounded(
     container, cmd: list[str], *, user: str = MA_USER, timeout_s: float = 10, max_bytes: int = 1024 * 1024
 ) -> ExecResult:
@@ -199,3 +257,230 @@ def exec_bounded(
     if code == 137 and not truncated:
         timed_out = True  # killed by `timeout -s KILL` (or by the OOM killer: either way, no answer)
     return ExecResult(code, bytes(out), bytes(err), truncated, timed_out)
+
+
+# -- clients -------------------------------------------------------------------------------------------
+_local = threading.local()
+_api_versions: dict[str, str] = {}
+
+
+@_at_edge
+def client_for(host, *, timeout: int | None = 30) -> docker.DockerClient:
+    """A client per thread and host (anything with a `base_url`, a DockerHost): requests
+    sessions are not shared across threads. timeout None: a follower's, which reads a log
+    stream that may be silent for hours."""
+    clients = getattr(_local, "clients", None)
+    if clients is None:
+        clients = _local.clients = {}
+    key = (host.base_url, timeout)
+    if key not in clients:
+        # The API version is asked once per engine and process (a GET /version per new client
+        # sat on every restart's path).
+        version = _api_versions.get(host.base_url, "auto")
+        clients[key] = client = docker.DockerClient(base_url=host.base_url, timeout=timeout, version=version)
+        _api_versions.setdefault(host.base_url, client.api.api_version)
+    return clients[key]
+
+
+def forget_client(host) -> None:
+    """Drop this thread's clients of the host (after a broken stream: the next call reconnects)."""
+    _api_versions.pop(host.base_url, None)  # the engine may have been upgraded while it was away
+    clients = getattr(_local, "clients", {})
+    for key in [k for k in clients if k[0] == host.base_url]:
+        clients.pop(key).close()
+
+
+@_at_edge
+def ping(host, *, timeout: int = 5) -> None:
+    """Ask the host's engine whether it is there; raises Unreachable (or EngineError) if not."""
+    client_for(host, timeout=timeout).ping()
+
+
+def answers(host, *, timeout: int = 5) -> bool:
+    """Whether the host's engine answers a ping within `timeout` seconds."""
+    try:
+        ping(host, timeout=timeout)
+        return True
+    except EngineError:
+        return False
+
+
+# -- containers ----------------------------------------------------------------------------------------
+@_at_edge
+def container(host, ref: str, *, timeout: int | None = 30):
+    """The container named or identified by `ref` on the host; NotFound if there is none."""
+    return client_for(host, timeout=timeout).containers.get(ref)
+
+
+def container_or_none(host, ref: str):
+    try:
+        return container(host, ref)
+    except NotFound:
+        return None
+
+
+@_at_edge
+def containers_labelled(host, labels: str | list[str]) -> list:
+    """Every container (running or not) with these labels (`key=value`), from one sparse listing:
+    their `.attrs` hold what a listing gives (Names, Created, State), not a full inspect."""
+    return client_for(host).containers.list(all=True, sparse=True, filters={"label": labels})
+
+
+@_at_edge
+def create_container(host, spec: dict, *, network_alias: str | None = None):
+    """Create (not start) a container from `spec` (the SDK's `containers.create` arguments);
+    on a network, the other containers know it by `network_alias`."""
+    client = client_for(host)
+    spec = dict(spec)
+    if network_alias and spec.get("network") not in (None, "none"):
+        spec["networking_config"] = {spec["network"]: client.api.create_endpoint_config(aliases=[network_alias])}
+    return client.containers.create(**spec)
+
+
+@_at_edge
+def start_container(container) -> None:
+    """Start a created container; one a concurrent start started meanwhile is left as it is."""
+    try:
+        container.start()
+    except docker.errors.APIError as exc:
+        if exc.status_code not in (304, 409):
+            raise
+    container.reload()
+
+
+@_at_edge
+def refresh(container) -> None:
+    """Read the container's state again (`.status`, `.attrs`)."""
+    container.reload()
+
+
+@_at_edge
+def signal_container(container, signal: str) -> None:
+    """Send PID 1 a signal; a container that ended meanwhile (404, 409) is not an error."""
+    try:
+        container.kill(signal=signal)
+    except docker.errors.APIError as exc:
+        if exc.status_code not in (404, 409):
+            raise
+
+
+@_at_edge
+def stop_container(container, *, timeout: int) -> None:
+    """docker stop: SIGTERM (the launcher forwards it), SIGKILL after `timeout` seconds."""
+    container.stop(timeout=timeout)
+
+
+@_at_edge
+def remove_container(container) -> None:
+    """Remove the container, running or not; one already gone is not an error."""
+    try:
+        container.remove(force=True)
+    except docker.errors.NotFound:
+        pass
+
+
+class LogStream:
+    """The container's log as Docker frames (`<timestamp> <payload>`), following it. Read by one
+    thread; `close()` may come from another (it closes the socket, which ends the read). Errors
+    while reading come out as the console's (Unreachable when the stream broke)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def __iter__(self) -> Iterator[bytes]:
+        with _edge():
+            yield from self._stream
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+@_at_edge
+def log_stream(container, *, since: float = 0) -> LogStream:
+    """Follow the container's log from `since` (epoch seconds; 0: from its first line)."""
+    kwargs = {"stream": True, "follow": True, "timestamps": True}
+    if since > 0:
+        kwargs["since"] = since
+    return LogStream(container.logs(**kwargs))
+
+
+# -- networks and volumes ------------------------------------------------------------------------------
+INHIBIT_IPV4 = "com.docker.network.bridge.inhibit_ipv4"
+
+
+@_at_edge
+def ensure_internal_network(host, name: str, labels: dict[str, str]) -> None:
+    """Create the network unless it is there: internal (no route out) and without an address of
+    the host on its bridge (inhibit_ipv4), so that neither the host's loopback nor any of its
+    addresses is reachable. A network of that name that is not so is refused (EngineError)."""
+    client = client_for(host)
+    try:
+        existing = client.networks.get(name)
+    except docker.errors.NotFound:
+        try:
+            client.networks.create(
+                name,
+                driver="bridge",
+                internal=True,
+                options={INHIBIT_IPV4: "true"},
+                labels=labels,
+                check_duplicate=True,
+            )
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # another start created it meanwhile
+                raise
+        return
+    options = existing.attrs.get("Options") or {}
+    if not existing.attrs.get("Internal") or options.get(INHIBIT_IPV4) != "true":
+        raise EngineError(f"network {name} exists on this host but is not an internal network without a host address")
+
+
+@_at_edge
+def remove_labelled_volumes_and_networks(host, label: str) -> None:
+    """Remove the volumes and networks with this label (`key=value`)."""
+    client = client_for(host)
+    for volume in client.volumes.list(filters={"label": label}):
+        volume.remove(force=True)
+    for network in client.networks.list(filters={"label": label}):
+        network.remove()
+
+
+# -- container spec parts ------------------------------------------------------------------------------
+Mount = docker.types.Mount  # what a mount of a container spec is (a dict the SDK sends as is)
+
+
+def bind_mount(target: str, source: str, *, read_only: bool = False) -> docker.types.Mount:
+    return docker.types.Mount(target, source, type="bind", read_only=read_only)
+
+
+def volume_mount(
+    target: str,
+    volume: str,
+    *,
+    labels: dict[str, str] | None = None,
+    read_only: bool = False,
+    nfs: dict[str, str] | None = None,
+) -> docker.types.Mount:
+    """A named volume, created on first use; never filled with the image's files (an image with
+    millions of them at the target would make the create time out). nfs: the local driver's
+    options (type, o, device) to mount an export when the container starts."""
+    return docker.types.Mount(
+        target,
+        volume,
+        type="volume",
+        read_only=read_only,
+        labels=labels,
+        no_copy=True,
+        driver_config=docker.types.DriverConfig("local", options=nfs) if nfs else None,
+    )
+
+
+def local_log_config(*, max_size: str, max_files: int) -> docker.types.LogConfig:
+    """Docker's local log driver: keeps every byte (json-file replaces invalid UTF-8), bounded."""
+    return docker.types.LogConfig(
+        type="local", config={"max-size": max_size, "max-file": str(max_files), "compress": "false"}
+    )
+
+
+def gpu_request(count: int) -> docker.types.DeviceRequest:
+    return docker.types.DeviceRequest(count=count, capabilities=[["gpu"]])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import time
 
-import docker
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -19,12 +18,12 @@ from django.utils import timezone
 from jobs import events
 from jobs.models import Attempt, EventKind, TaskRun
 
-from . import docker_hosts, followers, reports
+from . import engine, followers, reports
 from .decide import attempt_may_have_ended
 from .engine import HOST_ERRORS
 from .hang import HangWatch, Sampler, capture_stacks, no_gpu, nvidia_smi_gpu
-from .lifecycle import containers_kept
 from .logs import Follower, ProcessExited, docker_time
+from .stop import containers_kept
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +51,15 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
         while True:
             try:
                 # Inside the try: a new client asks the engine for its API version.
-                client = docker_hosts.client_for(task_run.host, timeout=None)
-                container = client.containers.get(task_run.container_id or task_run.container_name)
+                ref = task_run.container_id or task_run.container_name
+                container = engine.container(task_run.host, ref, timeout=None)
                 if sampler is None:
                     sampler = Sampler(watch, container)
                     sampler.start()
                 follower.follow(task_run, container, on_tick)
                 if follower.lost_ownership:
                     return False
-                container.reload()
+                engine.refresh(container)
             except ProcessExited as exit_:
                 successor = process_exited(task_run, exit_.code, exit_.oom_killed)
                 if successor is not None:
@@ -70,13 +69,13 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
                     task_run = handed_over
                     watch.reset()
                 continue  # keep reading: the next run's lines, or the container's end
-            except docker.errors.NotFound:
+            except engine.NotFound:
                 _mark_lost(task_run, "The container vanished (removed outside the console).")
                 break
             except HOST_ERRORS as exc:
                 follower.close_stream()
-                docker_hosts.forget_client(task_run.host)
-                if _host_reachable(task_run.host):
+                engine.forget_client(task_run.host)
+                if engine.answers(task_run.host):
                     task_run.refresh_from_db()
                     continue  # a broken stream on a live host: follow again from the last line
                 _mark_lost(task_run, f"Docker host {task_run.host.name} became unreachable: {exc}")
@@ -101,7 +100,7 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
     attempt_may_have_ended(task_run.attempt_id)
     if container is not None and not containers_kept(task_run.attempt.job_id):  # retention keeps it
         try:
-            container.remove(force=True)
+            engine.remove_container(container)
         except HOST_ERRORS:
             log.warning("could not remove %s", task_run.container_name)
     return True
@@ -124,14 +123,6 @@ def _hang_watch(task_run: TaskRun) -> HangWatch:
     return HangWatch(
         window_s=job.hang_window_s or settings.HANG_WINDOW_S, gpu_sampler=nvidia_smi_gpu if gpus else no_gpu
     )
-
-
-def _host_reachable(host) -> bool:
-    try:
-        docker_hosts.client_for(host, timeout=5).ping()
-        return True
-    except HOST_ERRORS:
-        return False
 
 
 def _mark_exited(task_run: TaskRun, container) -> None:

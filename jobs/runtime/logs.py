@@ -30,6 +30,7 @@ from django.utils import timezone
 from console import realtime
 from jobs.models import TaskRun
 
+from . import engine
 from .logrecords import NEWLINE_SIGN, LogLine, encode_record, iter_records, read_tail
 
 log = logging.getLogger(__name__)
@@ -259,10 +260,7 @@ class Follower:
             since = task_run.started_at.timestamp() - 0.001
         else:
             since = 0
-        kwargs = {"stream": True, "follow": True, "timestamps": True}
-        if since > 0:
-            kwargs["since"] = since
-        self._stream = container.logs(**kwargs)
+        self._stream = engine.log_stream(container, since=since)
         self._frames = queue.Queue()
         _Reader(self._stream, self._frames).start()
 

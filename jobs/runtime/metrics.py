@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from jobs.models import TaskRun, TrainingJob
 
-from . import docker_hosts
+from . import docker_hosts, engine
 from .engine import HOST_ERRORS, exec_bounded
 
 # SPEC: the command answers "within seconds".
@@ -139,8 +139,9 @@ def scrape(job: TrainingJob, task_run: TaskRun) -> Scrape:
         return Scrape(task, False, error="The instance is not running.")
     started = time.monotonic()
     try:
-        client = docker_hosts.client_for(task_run.host, timeout=SCRAPE_TIMEOUT_S + 5)
-        container = client.containers.get(task_run.container_id or task_run.container_name)
+        container = engine.container(
+            task_run.host, task_run.container_id or task_run.container_name, timeout=SCRAPE_TIMEOUT_S + 5
+        )
         result = exec_bounded(
             container,
             scrape_command(job),

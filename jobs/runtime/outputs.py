@@ -9,7 +9,7 @@
 - Log downloads, of the whole log or of a time range where the job allows it.
 
 Every step takes a job id, re-reads the database and is safe to run twice or concurrently:
-lifecycle.finish() queues `jobs.tasks.job_outputs` after commit, and reconcile steps find the
+stop.finish() queues `jobs.tasks.job_outputs` after commit, and reconcile steps find the
 jobs whose step was lost (complete_job_outputs) or whose logs are due (delete_expired_logs).
 """
 

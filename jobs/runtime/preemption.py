@@ -35,6 +35,7 @@ from jobs.capacity import ACTIVE_STATES, HostCapacity, Resources, hosts_capacity
 from jobs.models import Attempt, Phase, TaskRun, TrainingJob
 
 from . import placement
+from .lifecycle import announce
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +240,7 @@ def stop_preempted(attempt_ids: list[int], by: str) -> None:
     """After commit: say so on the victims' pages, then docker stop their containers (the
     launcher forwards SIGTERM; SIGKILL after the stop timeout). Their followers record the
     exits and decide.py re-queues each job once all its containers are gone."""
-    from .lifecycle import announce, stop_attempt_containers  # lifecycle imports this module
+    from .stop import stop_attempt_containers  # stop imports schedule, which imports this module
 
     for attempt_id in attempt_ids:
         if by:

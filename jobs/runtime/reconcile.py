@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from jobs.models import RETAINED_PHASES, Attempt, DockerHost, Phase, TaskRun, TrainingJob
 
+from . import later
 from .cleanup import release_ended_jobs, remove_orphaned_containers
 
 log = logging.getLogger(__name__)
@@ -22,12 +23,6 @@ log = logging.getLogger(__name__)
 STARTING_GRACE_S = 15
 TERMINATING_GRACE_S = 20
 HOST_PING_TIMEOUT_S = 3
-
-
-def _tasks():
-    from jobs import tasks
-
-    return tasks
 
 
 def schedule_pending_jobs() -> bool:
@@ -39,7 +34,7 @@ def schedule_pending_jobs() -> bool:
         key = (pool_type, pool_id if pool_type == TrainingJob.PoolType.DEDICATED else None)
         heads.setdefault(key, str(job_id))
     for job_id in heads.values():
-        _tasks().schedule_job.delay(job_id)
+        later.schedule_job(job_id)
     return bool(heads)
 
 
@@ -48,7 +43,7 @@ def restart_stuck_starts() -> bool:
     cutoff = timezone.now() - timezone.timedelta(seconds=STARTING_GRACE_S)
     ids = list(Attempt.objects.filter(state=Attempt.State.STARTING, created_at__lt=cutoff).values_list("id", flat=True))
     for attempt_id in ids:
-        _tasks().start_attempt.delay(attempt_id)
+        later.start_attempt(attempt_id)
     return bool(ids)
 
 
@@ -73,7 +68,7 @@ def drain_dead_followers() -> bool:
         .values_list("id", flat=True)[:100]
     )
     for task_run_id in ids:
-        _tasks().follow_task_run.delay(task_run_id, drain=True)
+        later.follow_task_run(task_run_id, drain=True)
     return bool(ids)
 
 
@@ -94,7 +89,7 @@ def end_decided_attempts() -> bool:
     )
     ids = set(all_ended.values_list("id", flat=True)) | set(failed_runs.values_list("attempt_id", flat=True))
     for attempt_id in sorted(ids):
-        _tasks().end_attempt.delay(attempt_id)
+        later.end_attempt(attempt_id)
     return bool(ids)
 
 
@@ -107,7 +102,7 @@ def finish_terminations() -> bool:
         )
     )
     for job_id in ids:
-        _tasks().stop_job.delay(str(job_id))
+        later.stop_job(str(job_id))
     return bool(ids)
 
 
@@ -133,17 +128,17 @@ def stop_stale_preemptions() -> bool:
 
 def check_hosts() -> bool:
     """Ping every enabled host; one that does not answer is isolated (a lost connection)."""
-    from . import docker_hosts
-    from .engine import HOST_ERRORS
+    from . import engine
     from .lifecycle import isolate_host
 
     isolated_any = False
     for host in DockerHost.objects.filter(enabled=True, isolated=False):
         try:
-            docker_hosts.client_for(host, timeout=HOST_PING_TIMEOUT_S).ping()
-        except HOST_ERRORS as exc:
-            docker_hosts.forget_client(host)
-            isolated_any |= isolate_host(host.id, f"lost connection: {type(exc).__name__}")
+            engine.ping(host, timeout=HOST_PING_TIMEOUT_S)
+        except engine.HOST_ERRORS as exc:
+            engine.forget_client(host)
+            cause = exc.__cause__ or exc  # what the connection said (ConnectionError, ReadTimeout)
+            isolated_any |= isolate_host(host.id, f"lost connection: {type(cause).__name__}")
             continue
         DockerHost.objects.filter(id=host.id).update(last_seen_at=timezone.now())
     return isolated_any
@@ -158,7 +153,7 @@ def auto_stop_jobs() -> bool:
     """Stop jobs that ran longer than their auto stop hours (SPEC §3 "auto stop"). The
     clock starts when the job first ran (time queued before does not count) and keeps
     running through restarts."""
-    from .lifecycle import auto_stop_reason, request_terminate
+    from .stop import auto_stop_reason, request_terminate
 
     now = timezone.now()
     running = TrainingJob.objects.filter(
@@ -187,7 +182,7 @@ def release_retained_jobs() -> bool:
         if (asked_at and asked_at < asked_before) or not (ended_at and hours) or _hours_passed(ended_at, hours, now)
     ]
     for job_id in ids:
-        _tasks().stop_job.delay(str(job_id))  # stop_job releases a retained job
+        later.stop_job(str(job_id))  # stop_job releases a retained job
     return bool(ids)
 
 
@@ -210,7 +205,7 @@ def complete_job_outputs() -> bool:
         .values_list("id", flat=True)[:100]
     )
     for job_id in ids:
-        _tasks().job_outputs.delay(str(job_id))
+        later.job_outputs(str(job_id))
     return bool(ids)
 
 
@@ -227,7 +222,7 @@ def delete_expired_logs() -> bool:
         .values_list("id", flat=True)[:100]
     )
     for job_id in ids:
-        _tasks().delete_job_logs.delay(str(job_id))
+        later.delete_job_logs(str(job_id))
     return bool(ids)
 
 

@@ -22,14 +22,14 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import docker
 from django.conf import settings
 
 from jobs import storage
 from jobs import validators as v
 from jobs.models import FileSystem
 
-from . import hostpaths, ssh
+from . import engine, hostpaths, ssh
+from .engine import Mount
 from .layout import (
     BACKUP_CODE_FOLDER,
     LOCAL_CODE_STAGING,
@@ -49,10 +49,10 @@ if TYPE_CHECKING:
     from jobs.models import Attempt, TaskRun, TrainingJob
 
 
-class StagingError(docker.errors.APIError):
+class StagingError(engine.EngineError):
     """A directory of the job could not be prepared (a missing dataset or code dir, a file
-    system gone from the catalogue). An APIError, so that the start fails as "could not
-    start" (START_FAILED, a user error) with this message, not as a lost host."""
+    system gone from the catalogue). A refusal, not an unreachable host: the start fails as
+    "could not start" (START_FAILED, a user error) with this message, not as a lost host."""
 
     def __init__(self, message: str):
         super().__init__(message, explanation=message)
@@ -370,29 +370,25 @@ def _prepare_summary(job: TrainingJob, entry: LayoutEntry) -> None:
 # -- Docker mounts ---------------------------------------------------------------------------------------
 def nfs_mount(
     target: str, fs: FileSystem, mount: dict, volume_name: str, labels: dict[str, str] | None = None
-) -> docker.types.Mount:
+) -> Mount:
     """An NFS file system mount: a volume of Docker's local driver that mounts the export
     (type=nfs, o=addr=<server>,<options>, device=:<export>/<path>) when the container starts."""
     server, _, export = fs.source.partition(":")
     sub = (v.normalized_path(mount.get("path") or "/") or "/").lstrip("/")
     device = ":" + (posixpath.join(export, sub).rstrip("/") if sub else export)
     options = mount.get("options") or v.DEFAULT_NFS_OPTIONS
-    return docker.types.Mount(
+    return engine.volume_mount(
         target,
         volume_name,
-        type="volume",
         read_only=bool(mount.get("read_only")),
         labels=labels,
-        no_copy=True,  # the image's files never land on the export
-        driver_config=docker.types.DriverConfig(
-            "local", options={"type": "nfs", "o": f"addr={server},{options}", "device": device}
-        ),
+        nfs={"type": "nfs", "o": f"addr={server},{options}", "device": device},
     )
 
 
 def mounts_for(
     job: TrainingJob, attempt: Attempt, task_run: TaskRun, layout: list[LayoutEntry] | None = None
-) -> list[docker.types.Mount]:
+) -> list[Mount]:
     """The Docker mounts of this container: one per mounted entry of the layout, nothing else."""
     layout = runtime_layout(job) if layout is None else layout
     mounts = []
@@ -405,17 +401,9 @@ def mounts_for(
             source = str(_job_data_source(str(job.id), entry.what))
         elif entry.kind == Kind.CACHE:
             # A per-instance scratch volume, created on the instance's host.
-            mounts.append(
-                docker.types.Mount(
-                    target,
-                    cache_volume(job, task_run),
-                    type="volume",
-                    labels=volume_labels(job, "cache"),
-                    # An image's files at /cache are not copied in: an image with millions of
-                    # them would make the create time out (and look like a lost host).
-                    no_copy=True,
-                )
-            )
+            # An image's files at /cache are not copied in (engine.volume_mount never does): an
+            # image with millions of them would make the create time out (and look like a lost host).
+            mounts.append(engine.volume_mount(target, cache_volume(job, task_run), labels=volume_labels(job, "cache")))
             continue
         elif entry.kind == Kind.DATASET:
             if entry.ref is None:
@@ -446,5 +434,5 @@ def mounts_for(
             source = str(_job_data_source(f"{ssh.SSH_STAGING}/{job.id}", entry.what))
         else:  # pragma: no cover - a kind added to runtime_layout() and not here
             raise ValueError(f"no mount for {entry.kind!r}")
-        mounts.append(docker.types.Mount(target, source, type="bind", read_only=ro))
+        mounts.append(engine.bind_mount(target, source, read_only=ro))
     return mounts

@@ -24,7 +24,7 @@ from jobs import wizard
 from jobs.access import visible_jobs
 from jobs.forms import JobCreateForm, copy_initial, read_env_file
 from jobs.models import PresetTemplate, TrainingJob
-from jobs.runtime import lifecycle
+from jobs.runtime import schedule
 from jobs.views.wizard_review import review_context
 
 ACTIONS = ("next", "back", "goto", "apply-template", "apply-scenario", "import-env", "submit")
@@ -108,7 +108,7 @@ def _submit(request: HttpRequest, *, plain: bool = False) -> HttpResponse:
     if form.is_valid():
         with transaction.atomic():
             job = form.save()
-            lifecycle.submit(job)
+            schedule.submit(job)
         url = reverse("job-detail", args=[job.id])
         return HttpResponseClientRedirect(url) if request.htmx else HttpResponseRedirect(url)
     first = wizard.first_step_with_errors(form.errors)

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 
 from jobs.access import visible_jobs
 from jobs.models import Attempt, TrainingJob
-from jobs.runtime import lifecycle, metrics, outputs
+from jobs.runtime import metrics, outputs, stop
 from jobs.views.wizard_review import job_configuration
 
 TABS = ("overview", "logs", "recovery", "attempts", "events", "metrics")
@@ -343,7 +343,7 @@ def _instance(request, job: TrainingJob) -> int:
 @require_POST
 def job_stop(request, job_id):
     job = get_object_or_404(visible_jobs(request.user), id=job_id)
-    lifecycle.request_terminate(job.id)
+    stop.request_terminate(job.id)
     job.refresh_from_db()
     return render(request, "jobs/_job_header.html", job_context(job))
 

@@ -49,6 +49,8 @@ class Command(BaseCommand):
 
     @staticmethod
     def _beat(app) -> None:
+        from jobs import tasks
+
         while True:
             time.sleep(settings.RECONCILE_INTERVAL_S)
-            app.send_task("jobs.tasks.reconcile")
+            tasks.reconcile.delay()

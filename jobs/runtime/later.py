@@ -1,0 +1,60 @@
+"""Work handed to the worker, once the current transaction commits.
+
+One typed function per Celery task of jobs/tasks.py: a caller writes `later.stop_job(job.id)`,
+so a misspelt task or a wrong argument is an error where it is written (and in the linter), not
+a name looked up after commit. Outside a transaction (reconcile's steps) the task is queued at
+once: that is what Django's `on_commit` does there. Rolled back, nothing is queued: the task
+would act on state that never existed.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from django.db import transaction
+
+from jobs import tasks
+
+
+def _after_commit(task, *args, **kwargs) -> None:
+    transaction.on_commit(lambda: task.delay(*args, **kwargs))
+
+
+def schedule_job(job_id: UUID | str) -> None:
+    """Schedule the queue the job waits in (schedule.schedule_job)."""
+    _after_commit(tasks.schedule_job, str(job_id))
+
+
+def start_attempt(attempt_id: int) -> None:
+    """Create and start an attempt's instances (start.start_attempt)."""
+    _after_commit(tasks.start_attempt, attempt_id)
+
+
+def follow_task_run(task_run_id: int, *, drain: bool = False) -> None:
+    """Follow (or, with drain, persist what is left of) an instance's log (follow.py)."""
+    _after_commit(tasks.follow_task_run, task_run_id, drain=drain)
+
+
+def end_attempt(attempt_id: int) -> None:
+    """Decide an attempt whose instances may have ended (decide.py)."""
+    _after_commit(tasks.end_attempt, attempt_id)
+
+
+def stop_job(job_id: UUID | str) -> None:
+    """Stop a job whose termination was requested, or release a retained one (stop.stop_job)."""
+    _after_commit(tasks.stop_job, str(job_id))
+
+
+def job_outputs(job_id: UUID | str) -> None:
+    """Auto-publish and log export of an ended job (outputs.py)."""
+    _after_commit(tasks.job_outputs, str(job_id))
+
+
+def delete_job_logs(job_id: UUID | str) -> None:
+    """Delete an ended job's persisted logs once their retention is over (outputs.py)."""
+    _after_commit(tasks.delete_job_logs, str(job_id))
+
+
+def release_job_resources(job_id: UUID | str) -> None:
+    """Remove an ended job's volumes and code copies from its hosts (cleanup.py)."""
+    _after_commit(tasks.release_job_resources, str(job_id))

@@ -1,0 +1,178 @@
+"""Starting an attempt: create and start each instance's container (or restart the command in
+place, in the same container), then hand the running instances to the followers."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from django.db import transaction
+from django.db.models import F
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from faulttolerance.launcher import DECISION, restart_decision
+from faulttolerance.models import RecoveryRecord
+from jobs import events
+from jobs.models import Attempt, DockerHost, EventKind, Phase, TaskRun, TrainingJob
+
+from . import docker_hosts, engine, followers, later, stop
+from .engine import HOST_ERRORS
+from .lifecycle import announce, lock_job
+from .logs import docker_time
+
+log = logging.getLogger(__name__)
+
+CREATE_RACE_TRIES = 100  # x 50 ms: a concurrent create of the same container takes well under 5 s
+
+
+def _create_and_start(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hosts: list[DockerHost]):
+    """Create and start the instance's container, or take the one a start of this same
+    attempt already made (a retried or concurrent start): one container per task run,
+    and a name already in use (409) is that container, not a failed start."""
+    container = None
+    for _ in range(CREATE_RACE_TRIES):
+        container = engine.container_or_none(task_run.host, task_run.container_name)
+        if container is not None:
+            break
+        try:
+            container = docker_hosts.create_container(job, attempt, task_run, hosts)
+            break
+        except engine.EngineError as exc:
+            if exc.status_code != 409 or isinstance(exc, engine.Unreachable):
+                raise
+            # The name is taken by a create still in flight (Docker reserves the name before
+            # the container can be inspected): look again in a moment.
+            time.sleep(0.05)
+    if container is None:
+        raise engine.EngineError(f"container {task_run.container_name} is being created by another start")
+    if container.status == "created":
+        engine.start_container(container)  # or started by the concurrent start meanwhile
+    return container
+
+
+def _restart_process(task_run: TaskRun, attempt: Attempt) -> None:
+    """Process-level restart: the launcher in the same container runs the command again."""
+    container = engine.container(task_run.host, task_run.container_id)
+    if container.status != "running":
+        raise engine.NotFound(f"container {task_run.container_name} is {container.status}")
+    # Only the decision is written here, whole (engine.write_control_file renames it into the
+    # container's control dir, which the job cannot write). Ending the old run is the
+    # launcher's: it knows which run is the old one.
+    engine.write_control_file(attempt.job_id, task_run.container_name, DECISION, restart_decision(attempt.number))
+    # From the engine, not from an exec: no process of ours is in the container when the
+    # launcher's kill -1 runs. (PID 1 ignores a signal it has no handler for.) The launcher
+    # also polls for the decision: it may have read it, run the new process and ended the
+    # container already (a short run); the decision was delivered all the same (a 404 or 409
+    # is not an error) and the follower sees the new run's lines and end.
+    engine.signal_container(container, "SIGUSR1")
+
+
+def _describe_start_error(job: TrainingJob, task_run: TaskRun, exc: Exception) -> str:
+    if isinstance(exc, engine.ImageNotFound):
+        return (
+            f"Image '{job.image}' does not exist on host {task_run.host.name}. "
+            "Images are built locally (no registry): ask an operator to load it, or pick a preset image."
+        )
+    if isinstance(exc, engine.NotFound):
+        return f"The container to restart in place is gone: {exc}"
+    if isinstance(exc, engine.Unreachable):
+        return f"Docker host {task_run.host.name} could not be reached: {exc}"
+    explanation = getattr(exc, "explanation", "") or exc
+    return f"Docker refused to start the container on host {task_run.host.name}: {explanation}"
+
+
+def start_attempt(attempt_id: int) -> bool:
+    """Create and start (or restart in place) the instances of an attempt; idempotent."""
+    attempt = Attempt.objects.select_related("job").filter(id=attempt_id).first()
+    if attempt is None or attempt.state != Attempt.State.STARTING:
+        return False
+    job = attempt.job
+    runs = list(attempt.task_runs.select_related("host").order_by("index"))
+    hosts = [r.host for r in runs]
+    failed = False
+    for task_run in runs:
+        if task_run.state != TaskRun.State.CREATED:
+            continue
+        if TrainingJob.objects.filter(id=job.id, terminate_requested=True).exists():
+            break
+        started_at = timezone.now()
+        try:
+            if task_run.reuses_container:
+                # The previous attempt's run of this container is over, whoever follows it.
+                TaskRun.objects.filter(
+                    container_id=task_run.container_id, state=TaskRun.State.RUNNING, attempt__number__lt=attempt.number
+                ).update(state=TaskRun.State.EXITED, ended_at=started_at)
+                _restart_process(task_run, attempt)
+                container_id = task_run.container_id
+            else:
+                container = _create_and_start(job, attempt, task_run, hosts)
+                container_id = container.id
+                started_at = docker_time(container.attrs["State"].get("StartedAt")) or started_at
+        except HOST_ERRORS as exc:
+            # Lost only when the host does not answer any more: a create or start that timed
+            # out on a live host (a slow image) is the start's failure, not a faulty host.
+            lost = isinstance(exc, engine.Unreachable) and not engine.answers(task_run.host)
+            TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.CREATED).update(
+                state=TaskRun.State.LOST if lost else TaskRun.State.START_FAILED,
+                error=_describe_start_error(job, task_run, exc),
+                ended_at=timezone.now(),
+            )
+            failed = True
+            continue
+        except Exception as exc:
+            # Anything else (the console's own setup: its tools, the control dir) fails this
+            # start with the reason rather than leaving the attempt starting forever.
+            log.exception("starting %s failed", task_run.container_name)
+            TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.CREATED).update(
+                state=TaskRun.State.START_FAILED,
+                error=f"The console could not start the container: {type(exc).__name__}: {str(exc)[:300]}",
+                ended_at=timezone.now(),
+            )
+            failed = True
+            continue
+        TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.CREATED).update(
+            state=TaskRun.State.RUNNING, container_id=container_id, started_at=started_at
+        )
+    now = timezone.now()
+    with transaction.atomic():
+        # The job's row before the attempt's, the order the decision takes (decide.py):
+        # a start and a stop's decision racing on one attempt wait for each other, never deadlock.
+        lock_job(job.id)
+        moved = Attempt.objects.filter(id=attempt.id, state=Attempt.State.STARTING).update(
+            state=Attempt.State.RUNNING, started_at=now
+        )
+        if moved and not failed:
+            became_running = TrainingJob.objects.filter(
+                id=job.id, phase__in=[Phase.PENDING, Phase.RESTARTING], terminate_requested=False
+            ).update(phase=Phase.RUNNING, phase_reason="", started_at=Coalesce(F("started_at"), now))
+            RecoveryRecord.objects.filter(next_attempt=attempt, running_again_at=None).update(running_again_at=now)
+            if became_running:
+                if attempt.number == 1:
+                    events.record(job, EventKind.STARTED, f"Started on {', '.join(sorted({h.name for h in hosts}))}.")
+                else:
+                    events.record(
+                        job,
+                        EventKind.RESTARTED,
+                        f"Attempt {attempt.number} running ({attempt.level} level).",
+                        level=attempt.level,
+                        attempt=attempt.number,
+                    )
+            announce(job.id)
+    if not moved:
+        if Attempt.objects.filter(id=attempt.id, state=Attempt.State.ENDED).exists():
+            # Stopped while we were starting: nobody else will remove what we
+            # made, nor record that those instances ended.
+            TaskRun.objects.filter(attempt_id=attempt.id, state=TaskRun.State.RUNNING).update(
+                state=TaskRun.State.EXITED, ended_at=timezone.now(), error="Stopped while the attempt was starting."
+            )
+            stop.remove_attempt_containers(attempt.id)
+        # Otherwise a concurrent start of the same attempt won: its containers are in use.
+        return False
+    for task_run_id in attempt.task_runs.filter(state=TaskRun.State.RUNNING, reuses_container=False).values_list(
+        "id", flat=True
+    ):
+        followers.follow_soon(task_run_id)
+    if failed or TrainingJob.objects.filter(id=job.id, terminate_requested=True).exists():
+        later.end_attempt(attempt.id)
+    return True
