@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from jobs import storage
 from jobs.models import EventKind, Flavor, Model, ModelVersion, Phase, TaskRun, TrainingJob
-from jobs.runtime import outputs, reconcile
+from jobs.runtime import logreading, outputs, reconcile
 from jobs.runtime.logs import log_path
 from tests.conftest import submit_job, wait_for
 from tests.test_browser import browser, log_in, new_page, shot  # noqa: F401 - browser, new_page: fixtures
@@ -373,7 +373,7 @@ def test_log_download_by_time_range_on_and_off(demo, worker, client):
     off = submit_job(demo, name="whole", command=command)
     wait_for(lambda: ended(on) and ended(off), timeout=60, message="both jobs to end")
     run = TaskRun.objects.get(attempt__job=on)
-    early, late = (line.ts_ns for line in outputs.iter_log(run))
+    early, late = (line.ts_ns for line in logreading.iter_log(run))
     middle = (early + late) // 2
 
     # API: milliseconds or ISO 8601, either end open.
@@ -417,17 +417,17 @@ def test_duration_text_and_time_parsing():
     assert outputs.duration_text(30 * 86400) == "30 days"
     assert outputs.duration_text(3600) == "1 hour"
     assert outputs.duration_text(5) == "5 seconds"
-    assert outputs.parse_time("1000", "start_time") == 1_000_000_000
-    assert outputs.parse_time("1970-01-01T00:00:01Z", "x") == 1_000_000_000
-    assert outputs.parse_time("1970-01-01 01:00:01.5+01:00", "x") == 1_500_000_000
+    assert logreading.parse_time("1000", "start_time") == 1_000_000_000
+    assert logreading.parse_time("1970-01-01T00:00:01Z", "x") == 1_000_000_000
+    assert logreading.parse_time("1970-01-01 01:00:01.5+01:00", "x") == 1_500_000_000
     # An end takes in the whole unit it names.
-    assert outputs.parse_time("1970-01-01T00:00:01", "x", end=True) == 1_999_999_999
-    assert outputs.parse_time("1970-01-01T00:01", "x", end=True) == 119_999_999_999
-    assert outputs.parse_time("1970-01-01T00:00:01.250Z", "x", end=True) == 1_250_999_999
-    assert outputs.parse_time("1970-01-01", "x", end=True) == 86400 * 10**9 - 1
-    assert outputs.parse_time("1000", "x", end=True) == 1_000_999_999
-    with pytest.raises(outputs.LogRequestRefused) as refused:
-        outputs.parse_time("noon", "end_time")
+    assert logreading.parse_time("1970-01-01T00:00:01", "x", end=True) == 1_999_999_999
+    assert logreading.parse_time("1970-01-01T00:01", "x", end=True) == 119_999_999_999
+    assert logreading.parse_time("1970-01-01T00:00:01.250Z", "x", end=True) == 1_250_999_999
+    assert logreading.parse_time("1970-01-01", "x", end=True) == 86400 * 10**9 - 1
+    assert logreading.parse_time("1000", "x", end=True) == 1_000_999_999
+    with pytest.raises(logreading.LogRequestRefused) as refused:
+        logreading.parse_time("noon", "end_time")
     assert (refused.value.status, refused.value.field) == (400, "end_time")
 
 

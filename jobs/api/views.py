@@ -15,7 +15,7 @@ from jobs import listing
 from jobs.access import check_quota, visible_jobs, workspaces_of
 from jobs.listing import JobQuery
 from jobs.models import FINAL_PHASES, TaskRun, TrainingJob, Workspace
-from jobs.runtime import metrics, outputs, schedule, stop
+from jobs.runtime import logreading, metrics, schedule, stop
 
 from . import schema as s
 from .representations import event_representation, job_representation, recovery_representation
@@ -251,8 +251,8 @@ class TrainingJobTaskLogs(APIView):
         if not TaskRun.objects.filter(attempt__job=job, index=index).exists():
             raise Http404("No such task")
         try:
-            start_ns, end_ns = outputs.check_log_request(job, request.query_params)
-        except outputs.LogRequestRefused as refused:
+            start_ns, end_ns = logreading.check_log_request(job, request.query_params)
+        except logreading.LogRequestRefused as refused:
             return _error(refused.status, {refused.field: [refused.message]})
-        lines = outputs.instance_log(job, index, start_ns, end_ns, separators=False)
+        lines = logreading.instance_log(job, index, start_ns, end_ns, separators=False)
         return StreamingHttpResponse(lines, content_type="text/plain; charset=utf-8")

@@ -6,7 +6,7 @@
   `<log path>/<job name>-<job id>/worker-<index>.log` in object storage.
 - Otherwise the logs persisted by the console are deleted `log_retention_s()` after the end
   (30 days by default).
-- Log downloads, of the whole log or of a time range where the job allows it.
+- Log downloads, of the whole log or of a time range where the job allows it: logreading.py.
 
 Every step takes a job id, re-reads the database and is safe to run twice or concurrently:
 stop.finish() queues `jobs.tasks.job_outputs` after commit, and reconcile steps find the
@@ -18,8 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -30,10 +29,8 @@ from django.utils import timezone
 from jobs import events, storage
 from jobs.models import FINAL_PHASES, RETAINED_PHASES, EventKind, Phase, TaskRun, TrainingJob
 
-from . import hostpaths
+from . import hostpaths, logreading
 from .lifecycle import announce
-from .logrecords import LogLine, iter_raw, iter_records, offset_of_time
-from .logs import log_path
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +201,7 @@ def _write_export(job: TrainingJob) -> int:
     # whole or not at all, into a new file renamed over the old one (never through a link).
     with storage.open_folder(url, create=True) as folder:
         for index in indexes:
-            hostpaths.write_file(folder, f"worker-{index}.log", instance_log(job, index), mode=0o644)
+            hostpaths.write_file(folder, f"worker-{index}.log", logreading.instance_log(job, index), mode=0o644)
     return len(indexes)
 
 
@@ -235,133 +232,7 @@ def delete_logs(job_id) -> bool:
     return bool(marked)
 
 
-# -- reading logs ---------------------------------------------------------------------------------------
-def iter_log(task_run: TaskRun, start_ns: int | None = None, end_ns: int | None = None) -> Iterator[LogLine]:
-    """The acknowledged records of a task run between two times (inclusive), streamed from the
-    file in blocks. Records are in time order (the follower never appends an older one), so
-    reading stops at the first record after end_ns."""
-    for record in iter_records(log_path(task_run), 0, task_run.log_bytes):
-        if end_ns is not None and record.ts_ns > end_ns:
-            return
-        if start_ns is None or record.ts_ns >= start_ns:
-            yield record
-
-
-def raw_log(task_run: TaskRun, start_ns: int | None = None, end_ns: int | None = None) -> Iterator[bytes]:
-    """Exactly the bytes the job printed (logrecords.iter_raw), whole or between two times
-    (inclusive): the ends are found by a binary search over the file, the bytes streamed."""
-    path, size = log_path(task_run), task_run.log_bytes
-    if size <= 0:
-        return
-    start = 0 if start_ns is None else offset_of_time(path, start_ns, size)
-    end = size if end_ns is None else offset_of_time(path, end_ns + 1, size, start)
-    yield from iter_raw(path, start, end, size)
-
-
-def instance_log(
-    job: TrainingJob, index: int, start_ns: int | None = None, end_ns: int | None = None, separators: bool = True
-) -> Iterator[bytes]:
-    """The log of one instance across all attempts, as the bytes its processes printed. A
-    separator line names each attempt; within a time range only attempts with output in it
-    get one; a separator after output that did not end with a newline starts a line of its own."""
-    runs = TaskRun.objects.filter(attempt__job=job, index=index).select_related("attempt", "host")
-    ranged = start_ns is not None or end_ns is not None
-    ends_line = True
-    for run in runs.order_by("attempt__number"):
-        host = run.host.name if run.host_id else ""
-        header = f"# attempt {run.attempt.number} on {host}, container {run.container_name}\n".encode()
-        first = True
-        for chunk in raw_log(run, start_ns, end_ns):
-            if first and separators:
-                yield header if ends_line else b"\n" + header
-            first = False
-            ends_line = chunk.endswith(b"\n")
-            yield chunk
-        if first and separators and not ranged:
-            yield header if ends_line else b"\n" + header
-            ends_line = True
-
-
-class LogRequestRefused(Exception):
-    """A log download the job does not allow: status 410 (deleted) or 400 (time range)."""
-
-    def __init__(self, status: int, field: str, message: str):
-        super().__init__(message)
-        self.status, self.field, self.message = status, field, message
-
-
-def deleted_message(job: TrainingJob) -> str:
-    return (
-        f"The logs of this job were deleted by retention on {_when(job.logs_deleted_at)}: without "
-        f"keep logs permanently, logs are kept {duration_text(log_retention_s())} after the job ends."
-    )
-
-
-def check_log_request(job: TrainingJob, params: Mapping[str, str]) -> tuple[int | None, int | None]:
-    """The time range (ns, either end may be open) a log download asks for, or why it is refused:
-    the logs were deleted (410), a range on a job without log download by time range, or a
-    range that is not one (400). No start_time/end_time: the whole log."""
-    if job.logs_deleted_at:
-        raise LogRequestRefused(410, "logs", deleted_message(job))
-    raw_start = (params.get("start_time") or "").strip()
-    raw_end = (params.get("end_time") or "").strip()
-    if not (raw_start or raw_end):
-        return None, None
-    if not job.log_time_range_download:
-        raise LogRequestRefused(
-            400,
-            TIME_RANGE_SETTING,
-            f"Log download by time range is off for this job (setting {TIME_RANGE_SETTING}): "
-            "download the whole log instead.",
-        )
-    start_ns = parse_time(raw_start, "start_time") if raw_start else None
-    end_ns = parse_time(raw_end, "end_time", end=True) if raw_end else None
-    if start_ns is not None and end_ns is not None and end_ns < start_ns:
-        raise LogRequestRefused(400, "end_time", "end_time must not be before start_time.")
-    return start_ns, end_ns
-
-
-def parse_time(value: str, name: str, *, end: bool = False) -> int:
-    """ISO 8601 (without an offset: the console's time zone, as the page shows times) or
-    milliseconds since the epoch (as the API's create_time) -> ns since the epoch.
-
-    Lines carry ns timestamps, a time given by hand is coarser: an end (end=True) takes in
-    the whole unit it names, so "to 14:05:00" includes the lines of 14:05:00.7 and a range
-    from and to one line's time as shown returns that line."""
-    if value.isdigit():
-        return int(value) * 1_000_000 + (999_999 if end else 0)
-    try:
-        moment = datetime.fromisoformat(value.replace(" ", "T", 1))
-    except ValueError:
-        raise LogRequestRefused(
-            400,
-            name,
-            f"{name} must be a date and time (ISO 8601, e.g. 2026-11-29T14:05:00Z) or milliseconds "
-            f"since the epoch; got '{value[:64]}'.",
-        ) from None
-    if timezone.is_naive(moment):
-        moment = timezone.make_aware(moment)
-    # Whole microseconds: exact, where float seconds would round a line's ns timestamp.
-    ns = (moment - EPOCH) // timedelta(microseconds=1) * 1000
-    return ns + (_unit_ns(value) - 1 if end else 0)
-
-
-def _unit_ns(value: str) -> int:
-    """The precision of an ISO time as written: a day, minute, second or a fraction of one."""
-    clock = value.replace(" ", "T", 1).partition("T")[2]
-    if not clock:
-        return 86400 * 1_000_000_000
-    clock = clock.rstrip("Z").split("+")[0].split("-")[0]
-    if "." in clock or "," in clock:
-        digits = min(len(clock.replace(",", ".").partition(".")[2]), 9)
-        return 10 ** (9 - digits)
-    return 1_000_000_000 if clock.count(":") >= 2 else 60_000_000_000
-
-
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _when(moment: datetime | None) -> str:
+def when_text(moment: datetime | None) -> str:
     return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S %Z") if moment else ""
 
 
@@ -404,7 +275,7 @@ def logs_status(job: TrainingJob) -> dict:
         return status | {
             "state": "deleted",
             "deleted_at": job.logs_deleted_at.isoformat(),
-            "message": deleted_message(job),
+            "message": logreading.deleted_message(job),
         }
     delete_at = job.ended_at + timedelta(seconds=log_retention_s()) if ended and job.ended_at else None
     return status | {"state": "kept", "delete_at": delete_at.isoformat() if delete_at else None}
@@ -414,7 +285,7 @@ def page_context(job: TrainingJob) -> dict:
     """What the Overview and Logs tabs show about the job's outputs."""
     publish, logs = publish_status(job), logs_status(job)
     if logs.get("delete_at"):
-        logs["delete_at_text"] = _when(datetime.fromisoformat(logs["delete_at"]))
+        logs["delete_at_text"] = when_text(datetime.fromisoformat(logs["delete_at"]))
     ended = job.phase in ENDED_PHASES
     return {
         "publish_status": publish,

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 
 from jobs.access import visible_jobs
 from jobs.models import Attempt, TrainingJob
-from jobs.runtime import metrics, outputs, stop
+from jobs.runtime import logreading, metrics, outputs, stop
 from jobs.views.wizard_review import job_configuration
 
 TABS = ("overview", "logs", "recovery", "attempts", "events", "metrics")
@@ -354,10 +354,10 @@ def job_log_download(request, job_id, index):
     where the job allows it; 410 once retention deleted the logs."""
     job = get_object_or_404(visible_jobs(request.user), id=job_id)
     try:
-        start_ns, end_ns = outputs.check_log_request(job, request.GET)
-    except outputs.LogRequestRefused as refused:
+        start_ns, end_ns = logreading.check_log_request(job, request.GET)
+    except logreading.LogRequestRefused as refused:
         return HttpResponse(refused.message + "\n", status=refused.status, content_type="text/plain; charset=utf-8")
-    lines = outputs.instance_log(job, index, start_ns, end_ns)
+    lines = logreading.instance_log(job, index, start_ns, end_ns)
     response = StreamingHttpResponse(lines, content_type="text/plain; charset=utf-8")
     suffix = "-range" if start_ns is not None or end_ns is not None else ""
     response["Content-Disposition"] = f'inline; filename="{job.name}-worker-{index}{suffix}.log"'
