@@ -101,7 +101,8 @@ class DockerHostAdmin(admin.ModelAdmin):
     search_fields = ["name", "base_url"]
     actions = ["clear_isolation"]
 
-    @admin.action(description="Clear isolation (host gets new instances again)")
+    # Changes the host: only staff who may change hosts (a view-only operator sees no such action).
+    @admin.action(description="Clear isolation (host gets new instances again)", permissions=["change"])
     def clear_isolation(self, request, queryset):
         count = queryset.update(isolated=False, isolation_reason="", isolated_at=None)
         self.message_user(request, f"Cleared isolation of {count} host(s).")
@@ -248,7 +249,8 @@ class TrainingJobAdmin(admin.ModelAdmin):
     def env_vars(self, obj):
         return "\n".join(f"{e['name']}={e['value']}" for e in obj.environments_masked()) or "-"
 
-    @admin.action(description="Force stop (terminate, no restart)")
+    # Ends a job: only staff who may change jobs.
+    @admin.action(description="Force stop (terminate, no restart)", permissions=["change"])
     def force_stop(self, request, queryset):
         stopped = sum(stop.request_terminate(job.id) for job in queryset)
         self.message_user(request, f"Stopping {stopped} job(s).", messages.SUCCESS)

@@ -1,0 +1,60 @@
+"""The admin's actions are checked where they are used: a view-only operator can look at hosts
+and jobs but cannot clear an isolation or force-stop a job (issue "Tenancy and a production
+mode": admin actions declare their permission)."""
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.test import Client
+
+from jobs.models import DockerHost, Phase, TrainingJob
+from tests.conftest import BUSYBOX
+
+
+def staff(name: str, *codenames: str) -> Client:
+    user = get_user_model().objects.create_user(name, password=f"{name}-password", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def isolated_host() -> DockerHost:
+    host = DockerHost.objects.create(name="faulty", base_url="unix:///nonexistent.sock")
+    DockerHost.objects.filter(id=host.id).update(isolated=True, isolation_reason="lost connection")
+    return host
+
+
+def pending_job(demo) -> TrainingJob:
+    job = TrainingJob(workspace=demo.workspace, created_by=demo.owner, name="queued", image=BUSYBOX, command="true")
+    job.full_clean()
+    job.save()
+    TrainingJob.objects.filter(id=job.id).update(phase=Phase.PENDING)
+    return job
+
+
+@pytest.mark.django_db
+def test_a_view_only_operator_cannot_clear_an_isolation(demo):
+    host = isolated_host()
+    viewer = staff("viewer", "view_dockerhost")
+    assert viewer.get("/admin/jobs/dockerhost/").status_code == 200  # may look
+    response = viewer.post("/admin/jobs/dockerhost/", {"action": "clear_isolation", "_selected_action": [host.id]})
+    assert response.status_code in (200, 302)
+    assert DockerHost.objects.get(id=host.id).isolated  # nothing changed
+
+    changer = staff("changer", "view_dockerhost", "change_dockerhost")
+    response = changer.post(
+        "/admin/jobs/dockerhost/", {"action": "clear_isolation", "_selected_action": [host.id]}, follow=True
+    )
+    assert "Cleared isolation of 1 host(s)." in response.content.decode()
+    assert not DockerHost.objects.get(id=host.id).isolated
+
+
+@pytest.mark.django_db
+def test_a_view_only_operator_cannot_force_stop_a_job(demo):
+    job = pending_job(demo)
+    viewer = staff("viewer", "view_trainingjob")
+    assert viewer.get("/admin/jobs/trainingjob/").status_code == 200
+    viewer.post("/admin/jobs/trainingjob/", {"action": "force_stop", "_selected_action": [str(job.id)]})
+    job.refresh_from_db()
+    assert not job.terminate_requested and job.phase == Phase.PENDING
