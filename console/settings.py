@@ -141,6 +141,8 @@ CELERY_BEAT_SCHEDULE = {
 
 # A follower that has not renewed its heartbeat for this long is presumed dead
 # and its task run is adopted by another worker.
+# An open page's websocket checks again this often that its user may still see what it shows.
+WS_ACCESS_RECHECK_S = float(os.environ.get("CONSOLE_WS_ACCESS_RECHECK_S", "5"))
 FOLLOWER_STALE_AFTER_S = float(os.environ.get("CONSOLE_FOLLOWER_STALE_AFTER_S", "10"))
 # Running instances one worker process follows at most (jobs/runtime/followers.py); the
 # pools of the other workers adopt the rest.

@@ -15,6 +15,7 @@ from urllib.parse import parse_qs
 
 from asgiref.sync import async_to_sync
 from channels.generic.websocket import WebsocketConsumer
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.http import QueryDict
 from django.urls import reverse
@@ -34,12 +35,64 @@ PACE_S = 1.0  # in a burst, a log page gets lines at most this often
 CLOSE_FORBIDDEN = 4403
 
 
-class _JobSocket(WebsocketConsumer):
+class _Rechecked(WebsocketConsumer):
+    """A socket whose access is checked again every settings.WS_ACCESS_RECHECK_S while it is
+    open, traffic or not: a user removed from the workspace or deactivated loses
+    the live view within that period (closed with 4403, which htmx does not retry)."""
+
+    def allowed(self) -> bool:  # pragma: no cover - each socket says what it needs
+        raise NotImplementedError
+
+    def start_rechecks(self) -> None:
+        self.rechecking = True
+        self.send_self_later(settings.WS_ACCESS_RECHECK_S, {"type": "access.check"})
+
+    def access_check(self, event) -> None:
+        if not getattr(self, "rechecking", False):
+            return
+        if not self.allowed():
+            self.rechecking = False
+            self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.send_self_later(settings.WS_ACCESS_RECHECK_S, {"type": "access.check"})
+
+    def current_user(self):
+        """The socket's user as the database has it now (None: gone or deactivated)."""
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            return None
+        return get_user_model().objects.filter(pk=user.pk, is_active=True).first()
+
+    def send_self_later(self, delay: float, message: dict) -> None:
+        async_to_sync(self._send_later)(delay, message)
+
+    async def _send_later(self, delay: float, message: dict) -> None:
+        """On the server's loop: `message` to this consumer after `delay` seconds (no thread
+        waits; a closed channel drops it)."""
+        loop = asyncio.get_running_loop()
+
+        async def send() -> None:
+            try:
+                await self.channel_layer.send(self.channel_name, message)
+            except Exception:  # a full or closed channel: nothing to do for a page that left
+                log.info("could not send %s to %s", message.get("type"), self.channel_name)
+
+        loop.call_later(delay, lambda: loop.create_task(send()))
+
+    def disconnect(self, code) -> None:
+        self.rechecking = False
+
+
+class _JobSocket(_Rechecked):
     groups: list[str] = []
 
     def _job(self) -> TrainingJob | None:
         job_id = self.scope["url_route"]["kwargs"]["job_id"]
         return visible_jobs(self.scope["user"]).filter(id=job_id).first()
+
+    def allowed(self) -> bool:
+        user = self.current_user()
+        return user is not None and visible_jobs(user).filter(id=self.job_id).exists()
 
     def _refuse(self) -> None:
         # Accept first: a close before accept is a failed handshake (1006 in the
@@ -52,6 +105,7 @@ class _JobSocket(WebsocketConsumer):
         async_to_sync(self.channel_layer.group_add)(group, self.channel_name)
 
     def disconnect(self, code) -> None:
+        super().disconnect(code)
         if getattr(self, "group", None):
             async_to_sync(self.channel_layer.group_discard)(self.group, self.channel_name)
 
@@ -68,6 +122,7 @@ class JobConsumer(_JobSocket):
         self.shown: dict[str, str] = {}  # what this page was last sent, per fragment
         self._join(realtime.job_group(job.id))
         self.accept()
+        self.start_rechecks()
         self.send_fragments()
 
     def job_changed(self, event) -> None:
@@ -106,6 +161,7 @@ class LogConsumer(_JobSocket):
         # Join first, then read: anything pushed meanwhile is deduplicated.
         self._join(realtime.log_group(job.id, self.index))
         self.accept()
+        self.start_rechecks()
         runs = list(
             TaskRun.objects.filter(attempt__job=job, index=self.index)
             .select_related("attempt", "host")
@@ -156,19 +212,8 @@ class LogConsumer(_JobSocket):
     def schedule_flush(self) -> None:
         if not self.flush_scheduled:
             self.flush_scheduled = True
-            async_to_sync(self._flush_later)(max(0.0, self.last_flush + PACE_S - time.monotonic()))
-
-    async def _flush_later(self, delay: float) -> None:
-        """On the server's loop: a log.flush message to this consumer after `delay` seconds."""
-        loop = asyncio.get_running_loop()
-
-        async def send() -> None:
-            try:
-                await self.channel_layer.send(self.channel_name, {"type": "log.flush"})
-            except Exception:  # a full or closed channel: a later push flushes (in_burst gives up)
-                log.info("could not schedule a log flush for %s", self.channel_name)
-
-        loop.call_later(delay, lambda: loop.create_task(send()))
+            # A flush message that never comes (a full channel) holds nothing back: in_burst gives up.
+            self.send_self_later(max(0.0, self.last_flush + PACE_S - time.monotonic()), {"type": "log.flush"})
 
     def flush(self) -> None:
         now = time.monotonic()
@@ -189,7 +234,7 @@ class LogConsumer(_JobSocket):
             )
 
 
-class JobListConsumer(WebsocketConsumer):
+class JobListConsumer(_Rechecked):
     """Live rows of the job list: `/ws/jobs/?<the list's query>` (phase, name, sort_by, order, page).
 
     Joins one group per workspace of the user. A change of a job re-renders the
@@ -215,9 +260,14 @@ class JobListConsumer(WebsocketConsumer):
             async_to_sync(self.channel_layer.group_add)(group, self.channel_name)
         self.shown: set[str] = set()
         self.accept()
+        self.start_rechecks()
         self.send_rows(user)  # whatever changed between the page's render and this connect
 
+    def allowed(self) -> bool:
+        return self.current_user() is not None
+
     def disconnect(self, code) -> None:
+        super().disconnect(code)
         for group in getattr(self, "groups_joined", []):
             async_to_sync(self.channel_layer.group_discard)(group, self.channel_name)
 

@@ -84,6 +84,43 @@ def test_foreign_origin_is_refused(demo, live_url):
             ws.recv(timeout=10)
 
 
+def closed_within(ws, timeout: float) -> int | None:
+    """Read until the server closes the socket; its close code (AssertionError if it stays open)."""
+    deadline = time.monotonic() + timeout
+    while (remaining := deadline - time.monotonic()) > 0:
+        try:
+            ws.recv(timeout=remaining)
+        except TimeoutError:
+            break
+        except ConnectionClosed as exc:
+            return exc.rcvd.code if exc.rcvd else None
+    raise AssertionError(f"the socket stayed open {timeout}s")
+
+
+def test_a_member_removed_from_the_workspace_loses_the_open_sockets(demo, live_url):
+    """Access is checked again while a page is open (settings.WS_ACCESS_RECHECK_S), not only at
+    connect: a quiet job's page of a removed member closes with 4403, and so does the job list
+    of a deactivated user."""
+    from django.conf import settings
+
+    job = make_job(demo, "echo one line; sleep 120")
+    sockets = [
+        open_socket(live_url, path, demo.member) for path in (f"/ws/jobs/{job.id}/", f"/ws/jobs/{job.id}/logs/0/")
+    ]
+    job_list = open_socket(live_url, "/ws/jobs/", demo.owner)
+    try:
+        for ws in sockets:
+            ws.recv(timeout=10)  # connected and sent the page's state
+        demo.workspace.members.remove(demo.member)
+        for ws in sockets:
+            assert closed_within(ws, 3 * settings.WS_ACCESS_RECHECK_S + 5) == CLOSE_FORBIDDEN
+        type(demo.owner).objects.filter(pk=demo.owner.pk).update(is_active=False)
+        assert closed_within(job_list, 3 * settings.WS_ACCESS_RECHECK_S + 5) == CLOSE_FORBIDDEN
+    finally:
+        for ws in [*sockets, job_list]:
+            ws.close()
+
+
 # -- the job header ------------------------------------------------------------------------------------
 def header_phases(ws, until: str, timeout: float = 30) -> list[str]:
     """Phases of the job-header fragments received until one shows `until`."""
