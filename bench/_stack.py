@@ -120,7 +120,7 @@ class Stack:
                 "--concurrency",
                 "32",
                 "-Q",
-                f"console-{self.tag}",
+                f"console-{self.tag},console-{self.tag}.control",
                 "-B",
                 "--schedule",
                 os.path.join(self.tmp, "beat-schedule"),

@@ -131,6 +131,15 @@ else:
 
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "console")
+# The supervisor's control tasks (start, stop, decide, schedule, reconcile) have a queue of their
+# own, so that a worker started with `-Q <queue>.control` runs nothing else: no export of a large
+# log, webhook retry or volume removal ever delays a Stop or a restart (docs/decisions.md).
+CELERY_CONTROL_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}.control"
+CELERY_TASK_QUEUES = {CELERY_TASK_DEFAULT_QUEUE: {}, CELERY_CONTROL_QUEUE: {}}  # a worker takes both by default
+CELERY_TASK_ROUTES = {
+    f"jobs.tasks.{name}": {"queue": CELERY_CONTROL_QUEUE}
+    for name in ("schedule_job", "start_attempt", "end_attempt", "stop_job", "follow_task_run", "reconcile")
+}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = False
 # How often the reconcile step runs (re-adopts containers, starts queued jobs).
@@ -139,10 +148,10 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "jobs.tasks.reconcile", "schedule": RECONCILE_INTERVAL_S},
 }
 
-# A follower that has not renewed its heartbeat for this long is presumed dead
-# and its task run is adopted by another worker.
 # An open page's websocket checks again this often that its user may still see what it shows.
 WS_ACCESS_RECHECK_S = float(os.environ.get("CONSOLE_WS_ACCESS_RECHECK_S", "5"))
+# A follower that has not renewed its heartbeat for this long is presumed dead
+# and its task run is adopted by another worker.
 FOLLOWER_STALE_AFTER_S = float(os.environ.get("CONSOLE_FOLLOWER_STALE_AFTER_S", "10"))
 # Running instances one worker process follows at most (jobs/runtime/followers.py); the
 # pools of the other workers adopt the rest.

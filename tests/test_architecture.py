@@ -54,3 +54,19 @@ def test_tasks_are_queued_by_typed_calls_not_by_name():
         function = getattr(later, name)
         if callable(function) and getattr(function, "__module__", "") == later.__name__ and not name.startswith("_"):
             assert hasattr(tasks, name), f"later.{name} names no task of jobs.tasks"
+
+
+def test_control_tasks_have_a_queue_of_their_own():
+    """Start, stop, decide, schedule and reconcile go to `<queue>.control`, which a worker can
+    take alone (README, production): nothing else queued can delay them."""
+    from django.conf import settings
+
+    from console.celery import app
+
+    control = {"schedule_job", "start_attempt", "end_attempt", "stop_job", "follow_task_run", "reconcile"}
+    housekeeping = {"job_outputs", "delete_job_logs", "release_job_resources", "deliver_notification"}
+    for name in control | housekeeping:
+        queue = app.amqp.router.route({}, f"jobs.tasks.{name}")["queue"].name
+        expected = settings.CELERY_CONTROL_QUEUE if name in control else settings.CELERY_TASK_DEFAULT_QUEUE
+        assert queue == expected, (name, queue)
+    assert set(app.amqp.queues) == {settings.CELERY_TASK_DEFAULT_QUEUE, settings.CELERY_CONTROL_QUEUE}
