@@ -148,6 +148,9 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "jobs.tasks.reconcile", "schedule": RECONCILE_INTERVAL_S},
 }
 
+# Networks the console may send webhooks to although they are not public (jobs/outbound.py):
+# comma-separated addresses or CIDRs, e.g. "10.1.2.0/24". Empty: public addresses only.
+OUTBOUND_ALLOW = [net.strip() for net in os.environ.get("CONSOLE_OUTBOUND_ALLOW", "").split(",") if net.strip()]
 # An open page's websocket checks again this often that its user may still see what it shows.
 WS_ACCESS_RECHECK_S = float(os.environ.get("CONSOLE_WS_ACCESS_RECHECK_S", "5"))
 # A follower that has not renewed its heartbeat for this long is presumed dead

@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import json
 
-import requests
 from django.conf import settings
 from django.core.mail import send_mail
 
+from . import outbound
 from .models import JobEvent
 
 
 class TransportError(Exception):
-    pass
+    """A failed send; `retry` False when trying again cannot help (a refused address)."""
+
+    def __init__(self, message: str, *, retry: bool = True):
+        super().__init__(message)
+        self.retry = retry
 
 
 def payload(event: JobEvent) -> dict:
@@ -40,20 +44,27 @@ def payload(event: JobEvent) -> dict:
 
 
 class Webhook:
+    """A JSON POST through jobs/outbound.py: public addresses only (unless an operator allows a
+    network), no redirects, bounded time and size."""
+
     timeout_s = 5
 
     def send(self, target: str, event: JobEvent) -> None:
         try:
-            response = requests.post(
+            response = outbound.post(
                 target,
-                data=json.dumps(payload(event)),
-                headers={"Content-Type": "application/json", "User-Agent": "training-console"},
-                timeout=self.timeout_s,
+                json.dumps(payload(event)).encode(),
+                {"Content-Type": "application/json", "User-Agent": "training-console"},
+                timeout_s=self.timeout_s,
             )
-        except requests.RequestException as exc:
-            raise TransportError(f"{type(exc).__name__}: {exc}") from exc
-        if response.status_code >= 300:
-            raise TransportError(f"HTTP {response.status_code}: {response.text[:200]}")
+        except outbound.OutboundRefused as exc:
+            raise TransportError(f"refused: {exc}", retry=False) from exc
+        except outbound.OutboundFailed as exc:
+            raise TransportError(str(exc)) from exc
+        if 300 <= response.status < 400:
+            raise TransportError(f"HTTP {response.status}: redirects are not followed.", retry=False)
+        if response.status >= 300:
+            raise TransportError(f"HTTP {response.status}: {response.text[:200]}")
 
 
 class Email:

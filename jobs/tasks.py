@@ -93,7 +93,7 @@ def deliver_notification(self, notification_id: int) -> bool:
         transport.send(notification.target, notification.event)
     except TransportError as exc:
         tries = notification.tries + 1
-        give_up = self.request.retries >= self.max_retries
+        give_up = self.request.retries >= self.max_retries or not exc.retry
         Notification.objects.filter(id=notification.id).update(
             tries=tries,
             last_error=str(exc),
