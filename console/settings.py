@@ -15,9 +15,53 @@ import dj_database_url
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("CONSOLE_VAR_DIR", BASE_DIR / "var"))
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-only-not-secret-change-me")
-DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+# Production mode: a database or broker of the operator's (README, "Production"). It is safe
+# when it starts: DEBUG off unless DJANGO_DEBUG=1 (an error page would show the database and
+# broker URLs), a secret key of its own.
+PRODUCTION = bool(os.environ.get("DATABASE_URL") or os.environ.get("REDIS_URL"))
+DEBUG = os.environ.get("DJANGO_DEBUG", "0" if PRODUCTION else "1") == "1"
+
+
+def _secret_key() -> str:
+    """DJANGO_SECRET_KEY, or a key generated once into a file outside the repository's tracked
+    files (CONSOLE_SECRET_KEY_FILE, var/secret-key by default; mode 0600): never a fixed string."""
+    if os.environ.get("DJANGO_SECRET_KEY"):
+        return os.environ["DJANGO_SECRET_KEY"]
+    path = Path(os.environ.get("CONSOLE_SECRET_KEY_FILE", VAR_DIR / "secret-key"))
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    import secrets
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(secrets.token_urlsafe(50))
+    try:
+        os.link(tmp, path)  # the first process to get there wins; the others read its key
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",")
+CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+# Behind TLS (a reverse proxy that terminates it and sets X-Forwarded-Proto): DJANGO_SECURE=1.
+if os.environ.get("DJANGO_SECURE") == "1":
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = os.environ.get("DJANGO_HSTS_PRELOAD") == "1"
+    # Submitting the domain to the browsers' preload list is the operator's commitment, asked
+    # for with DJANGO_HSTS_PRELOAD=1; not a warning of every deployment.
+    SILENCED_SYSTEM_CHECKS = ["security.W021"]
 
 INSTALLED_APPS = [
     "daphne",

@@ -9,11 +9,13 @@ field's messages. All validation is JobCreateForm -> TrainingJob.full_clean(), t
 
 from __future__ import annotations
 
+import uuid
+
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.db import models as db_models
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -89,7 +91,11 @@ def _start(request: HttpRequest) -> HttpResponse:
     initial = {}
     notice = ""
     if request.GET.get("copy"):
-        source = get_object_or_404(visible_jobs(request.user), id=request.GET["copy"])
+        try:
+            copy_of = uuid.UUID(request.GET["copy"])
+        except ValueError:
+            raise Http404("No job with that id.") from None
+        source = get_object_or_404(visible_jobs(request.user), id=copy_of)
         initial = copy_initial(source)
         notice = f"Copied from {source.name}."
         if any(e.get("sensitive") for e in source.environments or []):
