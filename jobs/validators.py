@@ -31,7 +31,9 @@ HOURS_MIN, HOURS_MAX = 1, 720
 HOUR_PRESETS = (1, 2, 4, 6)
 PORT_MIN, PORT_MAX = 1, 65535
 MODEL_NAME_MIN, MODEL_NAME_MAX = 2, 128
+MODEL_DESCRIPTION_MAX = 256
 VERSION_DESCRIPTION_MAX = 256
+JOB_NAME_MAX = 64
 # Code dir at submission (seed 002): <= 5 GB, <= 1000 files, depth <= 32.
 CODE_DIR_MAX_BYTES = 5 * 1024**3
 CODE_DIR_MAX_FILES = 1000
@@ -56,8 +58,9 @@ PLATFORM_TREES = ("/job-data", "/etc/volcano", "/.console", "/proc", "/sys", "/d
 ARTIFACT_MOUNT_FORBIDDEN = ("/", "/home", "/home/ma-user", "/home/ma-user/modelarts")
 
 # -- names -----------------------------------------------------------------------------------------------
-JOB_NAME_RULE = "1-64 characters: letters, digits, '-' and '_'"
-job_name_validator = RegexValidator(r"^[A-Za-z0-9_-]{1,64}$", f"Name must be {JOB_NAME_RULE}.")
+JOB_NAME_RULE = f"1-{JOB_NAME_MAX} characters: letters, digits, '-' and '_'"
+JOB_NAME_RE = rf"^[A-Za-z0-9_-]{{1,{JOB_NAME_MAX}}}$"
+job_name_validator = RegexValidator(JOB_NAME_RE, f"Name must be {JOB_NAME_RULE}.")
 
 CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 DESCRIPTION_RULE = (
@@ -93,6 +96,27 @@ PLATFORM_ENV_PREFIXES = ("MA_",)
 
 TAG_RE = re.compile(rf"^[A-Za-z0-9{CJK} _.:=+\-@/]*$")
 TAG_RULE = "letters, digits, CJK characters, space and _ . : = + - @ /"
+
+# -- objects chosen by name ------------------------------------------------------------------------------
+# The form and the API name these objects, never by id: field -> (what, whose). With "owner" only the
+# caller's own count, so the message says "you have no ..." rather than that none exists.
+NAMED_OBJECTS: dict[str, tuple[str, str | None]] = {
+    "flavor": ("Flavor", None),
+    "pool": ("Resource pool", None),
+    "preset_image": ("Preset image", None),
+    "preset_template": ("Preset template", None),
+    "observe_file_system": ("File system", None),
+    "ssh_key_pair": ("key pair", "owner"),
+    "publish_model": ("model", "owner"),
+    "base_model": ("model", "owner"),
+}
+
+
+def named_object_missing(field: str) -> str:
+    """The message for a name that matches no object of `field` (a %(value)s placeholder: the name)."""
+    what, whose = NAMED_OBJECTS[field]
+    return f"You have no {what} named '%(value)s'." if whose else f"{what} '%(value)s' does not exist."
+
 
 # -- object storage paths (SPEC §8: obs://bucket/path/) ---------------------------------------------------
 OBS_BUCKET = r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"

@@ -2,150 +2,151 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from jobs.models import (
     TrainingJob,
 )
 from jobs.runtime.outputs import keeps_logs, logs_status, publish_status
 
-from .serializers import (  # noqa: F401
+from .fields import (  # noqa: F401
+    API_FIELDS,
     HANG_RETRY,
+    NAME,
     OPERATOR_REEXECUTION,
+    OUTPUT,
     POD_RETRY_NUM,
+    PROMETHEUS,
+    PUBLISH,
     RETRY_NUM,
+    SHAPED,
     UNCONDITIONAL,
+    ApiField,
 )
+
+_OMIT = object()
+
+# When GET shows the fields of an object of the body (ApiField.within), and what it shows otherwise.
+_GROUPS: dict[str, tuple[Callable[[TrainingJob], bool], Any]] = {
+    "spec.resource.custom_spec": (lambda job: job.dedicated and job.spec_type == TrainingJob.SpecType.CUSTOM, _OMIT),
+    "spec.resource.affinity": (lambda job: job.dedicated and bool(job.affinity), _OMIT),
+    OUTPUT: (lambda job: job.store_artifacts, _OMIT),
+    PUBLISH: (lambda job: job.auto_publish, None),
+    "new_model": (lambda job: job.auto_publish, _OMIT),
+    "existing_model": (lambda job: job.auto_publish, _OMIT),
+    PROMETHEUS: (lambda job: job.metrics_mode in (TrainingJob.MetricsMode.HTTP, TrainingJob.MetricsMode.COMMAND), None),
+}
+
+# Values GET shows other than the field's own (what the platform decides, or null when unused).
+_VALUES: dict[str, Callable[[TrainingJob], Any]] = {
+    "keep_logs": keeps_logs,
+    "retention_hours": lambda job: job.retention_hours if job.dedicated else None,
+    "ssh_key_pair": lambda job: job.ssh_key_pair.name if job.ssh_remote and job.ssh_key_pair_id else None,
+}
+
+
+def _volumes(job: TrainingJob) -> list:
+    if not job.dedicated:
+        return []
+    file_systems = [
+        {
+            "file_system": {
+                "name": m.get("file_system"),
+                "path": m.get("path"),
+                "local_path": m.get("mount_path"),
+                "read_only": m.get("read_only", False),
+                "mount_options": m.get("options", ""),
+            }
+        }
+        for m in job.file_system_mounts or []
+    ]
+    buckets = [{"obs": {"obs_url": m.get("obs_url"), "local_path": m.get("mount_path")}} for m in job.obs_mounts or []]
+    return file_systems + buckets
+
+
+# The shapes of SHAPED fields (ApiField.kind); _OMIT: shown by another field at the same path.
+_SHAPES: dict[str, Callable[[TrainingJob], Any]] = {
+    "fault_tolerance": lambda job: _OMIT,  # max_restarts shows job-retry-num while it is on
+    "image_source": lambda job: {},  # the engine: filled by preset_image, image and image_kind
+    "environments": TrainingJob.environments_masked,
+    "datasets": lambda job: [
+        {"name": f"data_{i}", "remote": {"dataset": {"id": d}}} for i, d in enumerate(job.datasets)
+    ],
+    "store_artifacts": lambda job: [{"name": "artifacts"}] if job.store_artifacts else [],
+    "spec_type": lambda job: _OMIT,  # custom_spec: filled by custom_cpus, ... when shown
+    "file_system_mounts": _volumes,
+    "obs_mounts": lambda job: _OMIT,  # in spec.volumes with the file system mounts
+    "log_export_path": lambda job: {"obs_url": job.log_export_path} if job.log_export_path else None,
+    "auto_publish": lambda job: _OMIT,  # spec.publish: filled by publish_as, ... when shown
+    "notify_emails": lambda job: job.notify_email_list,
+}
+
+
+def _value(spec: ApiField, job: TrainingJob) -> Any:
+    if spec.kind == SHAPED:
+        return _SHAPES[spec.field](job)
+    if spec.field in _VALUES:
+        return _VALUES[spec.field](job)
+    value = getattr(job, spec.field)
+    if spec.kind == NAME:
+        return value.name if value is not None else None
+    if spec.text:
+        return str(value).lower()
+    return value or None if spec.empty_is_null else value
+
+
+def _place(body: dict, path: str, value: Any) -> None:
+    """Set `value` at a dotted path, making the objects (and list items) on the way."""
+    *parents, last = path.split(".")
+    node: Any = body
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
+    node[last] = value
+
+
+def job_fields(job: TrainingJob) -> dict:
+    """Every field of the path table (serializers.API_FIELDS) at its path, as GET shows it."""
+    body: dict = {"metadata": {}, "algorithm": {}, "spec": {}}
+    for spec in API_FIELDS:
+        shown, otherwise = _GROUPS.get(spec.within, (None, _OMIT))
+        if shown is not None and not shown(job):
+            if otherwise is not _OMIT:
+                _place(body, spec.within, otherwise)
+            continue
+        if spec.shown is not None and not spec.shown(job):
+            continue
+        value = _value(spec, job)
+        if value is not _OMIT:
+            _place(body, spec.path, value)
+    body["metadata"].setdefault("annotations", {})  # {} while fault tolerance is off
+    return body
 
 
 def job_representation(job: TrainingJob) -> dict:
-    annotations = {}
-    if job.fault_tolerance:
-        annotations = {
-            RETRY_NUM: str(job.max_restarts),
-            UNCONDITIONAL: str(job.unconditional_restart).lower(),
-            HANG_RETRY: str(job.hang_restart).lower(),
-            POD_RETRY_NUM: str(job.pod_retry_num),
-        }
-    if job.operator_reexecution:
-        annotations[OPERATOR_REEXECUTION] = "true"
     duration = job.duration()
-    if job.image_source == TrainingJob.ImageSource.PRESET and job.preset_image_id:
-        engine = {"engine_name": job.preset_image.name, "image_url": job.image, "image_kind": job.image_kind or None}
-    else:
-        engine = {"image_url": job.image, "image_kind": job.image_kind or None}
-    dedicated = job.dedicated
-    resource = {
-        "pool_type": job.pool_type,
-        "pool_id": job.pool.name if job.pool_id else None,
-        "flavor_id": job.flavor.name if job.flavor_id else None,
-        "node_count": job.node_count,
-    }
-    if dedicated and job.spec_type == TrainingJob.SpecType.CUSTOM:
-        resource["custom_spec"] = {"cpu": job.custom_cpus, "memory_gb": job.custom_memory_gb, "gpu": job.custom_gpus}
-    if dedicated and job.affinity:
-        resource["affinity"] = {"type": job.affinity, "strength": job.affinity_strength, "hosts": job.affinity_hosts}
-    volumes = []
-    if dedicated:
-        volumes += [
-            {
-                "file_system": {
-                    "name": m.get("file_system"),
-                    "path": m.get("path"),
-                    "local_path": m.get("mount_path"),
-                    "read_only": m.get("read_only", False),
-                    "mount_options": m.get("options", ""),
-                }
-            }
-            for m in job.file_system_mounts or []
-        ]
-        volumes += [
-            {"obs": {"obs_url": m.get("obs_url"), "local_path": m.get("mount_path")}} for m in job.obs_mounts or []
-        ]
-    outputs = []
-    if job.store_artifacts:
-        outputs = [
-            {
-                "name": "artifacts",
-                "remote": {"obs": {"obs_url": job.artifact_path}},
-                "local_dir": job.artifact_mount_path,
-            }
-        ]
-    publish = None
+    body = job_fields(job)
+    metadata = body["metadata"]
     if job.auto_publish:
-        publish = {
-            "as": job.publish_as,
-            "model_name": job.publish_model.name
-            if job.publish_as == "version" and job.publish_model_id
-            else job.model_name,
-            "model_type": job.model_type or None,
-            "model_brand": job.model_brand,
-            "model_description": job.model_description,
-            "version_description": job.version_description,
-            # The version it will create; once published, the one it created (status.publish).
-            "version": job.published_version.label if job.published_version_id else _publish_version(job),
-        }
-    prometheus = None
-    if job.metrics_mode == TrainingJob.MetricsMode.HTTP:
-        prometheus = {"type": "http", "path": job.metrics_path, "port": job.metrics_port}
-    elif job.metrics_mode == TrainingJob.MetricsMode.COMMAND:
-        prometheus = {"type": "command", "command": job.metrics_command, "args": job.metrics_args}
+        # The version it will create; once published, the one it created (status.publish).
+        body["spec"]["publish"]["version"] = (
+            job.published_version.label if job.published_version_id else _publish_version(job)
+        )
     return {
         "kind": "job",
+        # What the platform fills in sits beside the name, as in ModelArts' responses.
         "metadata": {
             "id": str(job.id),
-            "name": job.name,
-            "description": job.description,
+            "name": metadata.pop("name"),
+            "description": metadata.pop("description"),
             "project_id": job.workspace.project_id,
             "workspace": job.workspace.name,
             "user_name": job.created_by.username,
             "create_time": int(job.created_at.timestamp() * 1000),
-            "visibility": job.visibility,
-            "tags": job.tags,
-            "annotations": annotations,
+            **metadata,
         },
-        "algorithm": {
-            "training_mode": job.training_mode,
-            "base_model": job.base_model.name if job.base_model_id else None,
-            "template": job.preset_template.name if job.preset_template_id else None,
-            "command": job.command,
-            "engine": engine,
-            "code_dir": job.code_dir or None,
-            "code_backup_dir": job.code_backup_dir or None,
-            "local_code_dir": job.local_code_dir,
-            "environments": job.environments_masked(),
-            "inputs": [{"name": f"data_{i}", "remote": {"dataset": {"id": d}}} for i, d in enumerate(job.datasets)],
-            "outputs": outputs,
-        },
-        "spec": {
-            "resource": resource,
-            "volumes": volumes,
-            "schedule_policy": {"priority": job.priority, "preemptible": job.preemptible},
-            "keep_logs": keeps_logs(job),
-            "log_export_path": {"obs_url": job.log_export_path} if job.log_export_path else None,
-            "log_time_range_download": job.log_time_range_download,
-            "auto_stop_hours": job.auto_stop_hours,
-            "retention_hours": job.retention_hours if dedicated else None,
-            "publish": publish,
-            "access": {
-                "jupyter_lab": job.jupyter_lab,
-                "ssh": job.ssh_remote,
-                "key_pair": job.ssh_key_pair.name if job.ssh_remote and job.ssh_key_pair_id else None,
-                "mutual_trust": job.mutual_trust,
-                "mutual_trust_dir": job.mutual_trust_dir,
-            },
-            "observe": {
-                "tensorboard": job.tensorboard,
-                "mindstudio_insight": job.mindstudio_insight,
-                "file_system": job.observe_file_system.name if job.observe_file_system_id else None,
-                "path": job.observe_path,
-                "prometheus": prometheus,
-            },
-            "hang_detection": {"window_seconds": job.hang_window_s or None},
-            "notification": {
-                "webhook_url": job.notify_webhook_url,
-                "emails": job.notify_email_list,
-                "events": job.notify_events,
-            },
-        },
+        "algorithm": body["algorithm"],
+        "spec": body["spec"],
         "status": {
             "phase": job.phase,
             "reason": job.phase_reason,

@@ -1,16 +1,22 @@
 """OpenAPI descriptions of the v2 routes (drf-spectacular): raw JSON schemas and examples.
 
-The views are plain APIViews over hand-shaped ModelArts v2 bodies, so the schemas are
-written here rather than derived from serializers; keep them in step with
-jobs/api/serializers.py (job_representation and the create body).
+The views are plain APIViews over hand-shaped ModelArts v2 bodies. The job's fields are
+described from the path table (jobs/api/serializers.py API_FIELDS): each at its path, with
+the model field's help text and the validators' limits; only what is not a field (ids,
+status, errors) is written here.
 """
 
 from __future__ import annotations
 
+import copy
+
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 
+from jobs import validators as v
 from jobs.listing import ORDERS, PHASES, SORT_BY
+
+from .fields import API_FIELDS, NAME, SHAPED, ApiField
 
 TAG = "training-jobs"
 
@@ -27,22 +33,63 @@ ERROR = {
     "required": ["error_code", "error_msg"],
 }
 
+_TYPES = {NAME: "string"}
+
+
+def field_schema(spec: ApiField) -> dict:
+    """The JSON schema of one field of the path table: its type, the model's help text, limits."""
+    model_field = spec.model_field
+    schema = copy.deepcopy(spec.schema) if spec.schema else {"type": _TYPES.get(spec.kind, spec.kind)}
+    if spec.text:  # annotations are strings: "3", "true"
+        schema["type"] = "string"
+    elif spec.minimum is not None:
+        schema["minimum"] = spec.minimum
+        if spec.maximum is not None:
+            schema["maximum"] = spec.maximum
+    if schema.get("type") == "string" and spec.kind != NAME and getattr(model_field, "max_length", None):
+        schema["maxLength"] = model_field.max_length
+    default = model_field.default
+    if spec.kind not in (NAME, SHAPED) and not spec.text and model_field.has_default() and not callable(default):
+        schema["default"] = default
+    if model_field.null or spec.empty_is_null:
+        schema["nullable"] = True
+    if model_field.help_text:
+        schema["description"] = str(model_field.help_text)
+    return schema
+
+
+def _place(tree: dict, path: str, schema: dict) -> None:
+    """Put `schema` at a dotted body path of an object schema, making the objects on the way;
+    a path already described keeps what it has (a path shared by two fields: the first one's)."""
+    *parents, last = path.split(".")
+    node = tree
+    for key in parents:
+        if key.isdigit():  # an item of a list (algorithm.outputs.0): described as the list's items
+            node = node.setdefault("items", {"type": "object"})
+        else:
+            node = node.setdefault("properties", {}).setdefault(key, {"type": "object"})
+    leaf = node.setdefault("properties", {}).setdefault(last, {})
+    for name, value in schema.items():
+        leaf.setdefault(name, value)
+
+
+def fields_schema() -> dict:
+    """metadata, algorithm and spec of the body: every field of the path table at its path.
+    A path shared by two fields (spec.volumes, publish.model_name) takes the first one's schema."""
+    tree: dict = {"type": "object"}
+    for spec in API_FIELDS:
+        _place(tree, spec.path, field_schema(spec))
+    return tree["properties"]
+
+
+FIELDS = fields_schema()
 ANNOTATIONS = {
+    **FIELDS["metadata"]["properties"]["annotations"],
     **_string_map,
-    "description": "High availability (seed 000): fault-tolerance/job-retry-num (1-128; absent or 0 = off), "
-    'fault-tolerance/job-unconditional-retry and fault-tolerance/hang-retry ("true"/"false"), '
-    "fault-tolerance/pod-retry-num (0-128).",
+    "description": "High availability (seed 000); absent job-retry-num or 0: fault tolerance off.",
     "example": {"fault-tolerance/job-retry-num": "3", "fault-tolerance/hang-retry": "true"},
 }
-
-NOTIFICATION = {
-    "type": "object",
-    "properties": {
-        "webhook_url": {"type": "string", "format": "uri"},
-        "emails": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string", "format": "email"}}]},
-        "events": {"type": "array", "items": {"type": "string"}},
-    },
-}
+NOTIFICATION = FIELDS["spec"]["properties"]["notification"]
 
 JOB = {
     "type": "object",
@@ -52,8 +99,7 @@ JOB = {
             "type": "object",
             "properties": {
                 "id": {"type": "string", "format": "uuid"},
-                "name": {"type": "string"},
-                "description": {"type": "string"},
+                **FIELDS["metadata"]["properties"],
                 "project_id": {"type": "string"},
                 "workspace": {"type": "string"},
                 "user_name": {"type": "string"},
@@ -61,30 +107,8 @@ JOB = {
                 "annotations": ANNOTATIONS,
             },
         },
-        "algorithm": {
-            "type": "object",
-            "properties": {
-                "command": {"type": "string"},
-                "engine": {"type": "object", "properties": {"image_url": {"type": "string"}}},
-            },
-        },
-        "spec": {
-            "type": "object",
-            "properties": {
-                "resource": {
-                    "type": "object",
-                    "properties": {
-                        "node_count": {"type": "integer"},
-                        "flavor_id": {"type": "string", "nullable": True},
-                    },
-                },
-                "hang_detection": {
-                    "type": "object",
-                    "properties": {"window_seconds": {"type": "integer", "nullable": True}},
-                },
-                "notification": NOTIFICATION,
-            },
-        },
+        "algorithm": FIELDS["algorithm"],
+        "spec": FIELDS["spec"],
         "status": {
             "type": "object",
             "properties": {
@@ -181,57 +205,16 @@ CREATE_BODY = {
     "properties": {
         "kind": {"type": "string", "example": "job"},
         "metadata": {
-            "type": "object",
+            **FIELDS["metadata"],
             "properties": {
-                "name": {"type": "string", "maxLength": 64, "pattern": "^[A-Za-z0-9_-]{1,64}$"},
-                "description": {"type": "string", "maxLength": 256},
+                **FIELDS["metadata"]["properties"],
+                "name": {**FIELDS["metadata"]["properties"]["name"], "pattern": v.JOB_NAME_RE},
                 "annotations": ANNOTATIONS,
             },
             "required": ["name"],
         },
-        "algorithm": {
-            "type": "object",
-            "properties": {
-                "command": {"type": "string"},
-                "engine": {"type": "object", "properties": {"image_url": {"type": "string"}}},
-                "code_dir": {"type": "string", "nullable": True},
-                "local_code_dir": {"type": "string", "nullable": True},
-                "environments": _string_map,
-                "inputs": {"type": "array", "items": {"type": "object"}},
-                "outputs": {"type": "array", "items": {"type": "object"}},
-            },
-            "required": ["command"],
-        },
-        "spec": {
-            "type": "object",
-            "properties": {
-                "resource": {
-                    "type": "object",
-                    "properties": {
-                        "flavor_id": {"type": "string", "nullable": True},
-                        "node_count": {"type": "integer", "minimum": 1, "default": 1},
-                        "pool_id": {"type": "string", "nullable": True},
-                    },
-                },
-                "volumes": {"type": "array", "items": {"type": "object"}},
-                "log_export_path": {"type": "object", "nullable": True},
-                "schedule_policy": {
-                    "type": "object",
-                    "properties": {
-                        "priority": {
-                            "type": "integer",
-                            "minimum": 1,
-                            "maximum": 3,
-                            "default": 1,
-                            "description": '3 needs the permission "may use high priority".',
-                        },
-                        "preemptible": {"type": "boolean"},
-                    },
-                },
-                "hang_detection": {"type": "object", "properties": {"window_seconds": {"type": "integer"}}},
-                "notification": NOTIFICATION,
-            },
-        },
+        "algorithm": {**FIELDS["algorithm"], "required": ["command"]},
+        "spec": FIELDS["spec"],
     },
     "required": ["metadata", "algorithm"],
 }

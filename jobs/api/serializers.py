@@ -81,107 +81,35 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import NON_FIELD_ERRORS
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
-from jobs.models import (
-    FileSystem,
-    Flavor,
-    KeyPair,
-    Model,
-    PresetImage,
-    PresetTemplate,
-    ResourcePool,
-    TrainingJob,
+from jobs import validators as v
+from jobs.models import TrainingJob
+
+from .fields import (  # noqa: F401 - API_FIELD, FIELD_PATHS: imported from here by callers
+    ACCESS,
+    AFFINITY,
+    ANNOTATIONS,
+    API_FIELD,
+    API_FIELDS,
+    ARRAY,
+    BOOLEAN,
+    CUSTOM_SPEC,
+    ENGINE,
+    FIELD_PATHS,
+    INTEGER,
+    NAME,
+    NOTIFICATION,
+    NUMBER,
+    OBSERVE,
+    OUTPUT,
+    PROMETHEUS,
+    PUBLISH,
+    SHAPED,
+    STRING,
+    ApiField,
 )
-
-RETRY_NUM = "fault-tolerance/job-retry-num"
-UNCONDITIONAL = "fault-tolerance/job-unconditional-retry"
-HANG_RETRY = "fault-tolerance/hang-retry"
-POD_RETRY_NUM = "fault-tolerance/pod-retry-num"
-OPERATOR_REEXECUTION = "fault-tolerance/operator-reexecution"
-
-OUTPUT = "algorithm.outputs.0"
-PUBLISH = "spec.publish"
-PROMETHEUS = "spec.observe.prometheus"
-
-# Model field -> where it lives in the API body.
-FIELD_PATHS = {
-    "training_mode": "algorithm.training_mode",
-    "base_model": "algorithm.base_model",
-    "name": "metadata.name",
-    "description": "metadata.description",
-    "preset_template": "algorithm.template",
-    "image_source": "algorithm.engine",
-    "preset_image": "algorithm.engine.engine_name",
-    "image": "algorithm.engine.image_url",
-    "image_kind": "algorithm.engine.image_kind",
-    "command": "algorithm.command",
-    "code_dir": "algorithm.code_dir",
-    "code_backup_dir": "algorithm.code_backup_dir",
-    "local_code_dir": "algorithm.local_code_dir",
-    "environments": "algorithm.environments",
-    "pool_type": "spec.resource.pool_type",
-    "pool": "spec.resource.pool_id",
-    "spec_type": "spec.resource.custom_spec",
-    "flavor": "spec.resource.flavor_id",
-    "custom_cpus": "spec.resource.custom_spec.cpu",
-    "custom_memory_gb": "spec.resource.custom_spec.memory_gb",
-    "custom_gpus": "spec.resource.custom_spec.gpu",
-    "node_count": "spec.resource.node_count",
-    "affinity": "spec.resource.affinity.type",
-    "affinity_strength": "spec.resource.affinity.strength",
-    "affinity_hosts": "spec.resource.affinity.hosts",
-    "file_system_mounts": "spec.volumes",
-    "obs_mounts": "spec.volumes",
-    "priority": "spec.schedule_policy.priority",
-    "preemptible": "spec.schedule_policy.preemptible",
-    "datasets": "algorithm.inputs",
-    "store_artifacts": "algorithm.outputs",
-    "artifact_path": f"{OUTPUT}.remote.obs.obs_url",
-    "artifact_mount_path": f"{OUTPUT}.local_dir",
-    "auto_publish": PUBLISH,
-    "publish_as": f"{PUBLISH}.as",
-    "model_name": f"{PUBLISH}.model_name",
-    "model_type": f"{PUBLISH}.model_type",
-    "model_brand": f"{PUBLISH}.model_brand",
-    "model_description": f"{PUBLISH}.model_description",
-    "publish_model": f"{PUBLISH}.model_name",
-    "version_description": f"{PUBLISH}.version_description",
-    "fault_tolerance": f"metadata.annotations.{RETRY_NUM}",
-    "max_restarts": f"metadata.annotations.{RETRY_NUM}",
-    "unconditional_restart": f"metadata.annotations.{UNCONDITIONAL}",
-    "hang_restart": f"metadata.annotations.{HANG_RETRY}",
-    "pod_retry_num": f"metadata.annotations.{POD_RETRY_NUM}",
-    "operator_reexecution": f"metadata.annotations.{OPERATOR_REEXECUTION}",
-    "hang_window_s": "spec.hang_detection.window_seconds",
-    "jupyter_lab": "spec.access.jupyter_lab",
-    "ssh_remote": "spec.access.ssh",
-    "ssh_key_pair": "spec.access.key_pair",
-    "mutual_trust": "spec.access.mutual_trust",
-    "mutual_trust_dir": "spec.access.mutual_trust_dir",
-    "tensorboard": "spec.observe.tensorboard",
-    "mindstudio_insight": "spec.observe.mindstudio_insight",
-    "observe_file_system": "spec.observe.file_system",
-    "observe_path": "spec.observe.path",
-    "metrics_mode": f"{PROMETHEUS}.type",
-    "metrics_path": f"{PROMETHEUS}.path",
-    "metrics_port": f"{PROMETHEUS}.port",
-    "metrics_command": f"{PROMETHEUS}.command",
-    "metrics_args": f"{PROMETHEUS}.args",
-    "keep_logs": "spec.keep_logs",
-    "log_export_path": "spec.log_export_path",
-    "log_time_range_download": "spec.log_time_range_download",
-    "visibility": "metadata.visibility",
-    "auto_stop_hours": "spec.auto_stop_hours",
-    "retention_hours": "spec.retention_hours",
-    "tags": "metadata.tags",
-    "notify_webhook_url": "spec.notification.webhook_url",
-    "notify_emails": "spec.notification.emails",
-    "notify_events": "spec.notification.events",
-    NON_FIELD_ERRORS: "body",
-}
 
 _ABSENT = object()
 
@@ -264,14 +192,28 @@ class _Body:
             self.error(path, "Must be a number.")
             return None
 
-    def named(self, path: str, queryset, message: str):
+    def named(self, field: str, path: str, user):
+        """The object of TrainingJob.<field> with the name at `path` (among the user's own where
+        only those count, jobs/validators.py NAMED_OBJECTS)."""
         name = self.str(path)
         if not name:
             return None
+        queryset = TrainingJob._meta.get_field(field).related_model.objects
+        if v.NAMED_OBJECTS[field][1] == "owner":
+            queryset = queryset.filter(owner=user)
         found = queryset.filter(name=name).first()
         if found is None:
-            self.error(path, message.format(value=name))
+            self.error(path, v.named_object_missing(field) % {"value": name})
         return found
+
+    def read(self, spec: ApiField, user) -> Any:
+        """The value of a (not SHAPED) field at its path, None when absent or of the wrong type."""
+        if spec.kind == NAME:
+            return self.named(spec.field, spec.path, user)
+        if spec.kind == INTEGER:
+            return self.int(spec.path, spec.rule)
+        readers = {STRING: self.str, BOOLEAN: self.bool, NUMBER: self.number, ARRAY: self.list}
+        return readers[spec.kind](spec.path)
 
 
 def _environments(body: _Body) -> list | None:
@@ -336,6 +278,26 @@ def _volumes(body: _Body) -> tuple[list | None, list | None]:
     return fs_mounts, obs_mounts
 
 
+def _log_export_path(body: _Body) -> str | None:
+    path = API_FIELD["log_export_path"].path
+    value = _get(body.data, path)
+    if isinstance(value, dict):
+        return body.str(f"{path}.obs_url")
+    if value is not None and not isinstance(value, str):
+        body.error(path, 'Must be {"obs_url": "obs://bucket/path/"} or a string.')
+        return None
+    return value
+
+
+def _emails(body: _Body) -> str | None:
+    """A list of addresses or one comma-separated string; the model checks each."""
+    notification = body.obj(NOTIFICATION)
+    emails = notification.get("emails") or ""
+    if isinstance(emails, list):
+        emails = ",".join(str(e) for e in emails)
+    return emails if isinstance(emails, str) else None
+
+
 class TrainingJobCreateSerializer(serializers.Serializer):
     """Validates a create body; .save() returns the TrainingJob (not yet submitted)."""
 
@@ -344,165 +306,66 @@ class TrainingJobCreateSerializer(serializers.Serializer):
             raise serializers.ValidationError({"body": ["Expected a JSON object."]})
         user = self.context["user"]
         body = _Body(data)
-        fields: dict[str, Any] = {}
+        for path in (ANNOTATIONS, ACCESS, OBSERVE):  # objects of the body: refused when not one
+            body.obj(path)
+        engine = body.obj(ENGINE)
+        outputs = body.list("algorithm.outputs")
+        custom_spec = _get(data, CUSTOM_SPEC)
+        if custom_spec is not None:
+            body.obj(CUSTOM_SPEC)
+        publish = bool(body.obj(PUBLISH))
+        publish_as = (body.str(f"{PUBLISH}.as") or TrainingJob.PublishAs.NEW) if publish else None
+        existing_model = publish_as == TrainingJob.PublishAs.VERSION
+        # Which ApiField.within hold: a field inside an object is read only when the object is given.
+        present = {
+            "custom_image": "engine_name" not in engine,
+            OUTPUT: bool(outputs),
+            CUSTOM_SPEC: custom_spec is not None,
+            AFFINITY: bool(body.obj(AFFINITY)),
+            PUBLISH: publish,
+            "new_model": publish and not existing_model,
+            "existing_model": publish and existing_model,
+            PROMETHEUS: bool(body.obj(PROMETHEUS)),
+        }
+        fields: dict[str, Any] = {
+            spec.field: body.read(spec, user)
+            for spec in API_FIELDS
+            if spec.kind != SHAPED and spec.parsed and (not spec.within or present[spec.within])
+        }
 
-        # metadata
-        body.obj("metadata.annotations")
-        retry_num = body.int(
-            f"metadata.annotations.{RETRY_NUM}", " between 1 and 128 (absent or 0: fault tolerance off)"
-        )
-        retry_num = retry_num or 0
+        # What the table alone does not say: derived fields, shapes, and defaults of the body.
+        retry_num = body.read(API_FIELD["max_restarts"], user) or 0
+        pool_id = _get(data, API_FIELD["pool"].path)
+        fs_mounts, obs_mounts = _volumes(body)
         fields |= {
-            "name": body.str("metadata.name") or "",
-            "description": body.str("metadata.description"),
-            "visibility": body.str("metadata.visibility"),
-            "tags": body.list("metadata.tags"),
+            "name": fields["name"] or "",
+            "command": fields["command"] or "",
             # SPEC §7: an absent job-retry-num is 0, and 0 is fault tolerance off.
             "fault_tolerance": retry_num != 0,
             "max_restarts": retry_num if retry_num else 3,
-            "unconditional_restart": body.bool(f"metadata.annotations.{UNCONDITIONAL}"),
-            "hang_restart": body.bool(f"metadata.annotations.{HANG_RETRY}"),
-            "pod_retry_num": body.int(f"metadata.annotations.{POD_RETRY_NUM}", " between 0 and 128"),
-            "operator_reexecution": body.bool(f"metadata.annotations.{OPERATOR_REEXECUTION}"),
-        }
-
-        # algorithm
-        engine = body.obj("algorithm.engine")
-        preset_image = body.named(
-            "algorithm.engine.engine_name", PresetImage.objects, "Preset image '{value}' does not exist."
-        )
-        fields |= {
-            "training_mode": body.str("algorithm.training_mode"),
-            "base_model": body.named(
-                "algorithm.base_model", Model.objects.filter(owner=user), "You have no model named '{value}'."
-            ),
-            "command": body.str("algorithm.command") or "",
             "image_source": TrainingJob.ImageSource.PRESET if "engine_name" in engine else None,
-            "preset_image": preset_image,
-            "image": body.str("algorithm.engine.image_url") if "engine_name" not in engine else None,
-            "image_kind": body.str("algorithm.engine.image_kind") if "engine_name" not in engine else None,
-            "code_dir": body.str("algorithm.code_dir"),
-            "code_backup_dir": body.str("algorithm.code_backup_dir"),
-            "local_code_dir": body.str("algorithm.local_code_dir"),
             "environments": _environments(body),
             "datasets": _datasets(body),
+            "pool_type": fields["pool_type"] or ("dedicated" if isinstance(pool_id, str) and pool_id else None),
+            "file_system_mounts": fs_mounts,
+            "obs_mounts": obs_mounts,
+            "log_export_path": _log_export_path(body),
+            "notify_emails": _emails(body),
+            "notify_events": [str(e) for e in fields["notify_events"] or []],
         }
-        template = body.named("algorithm.template", PresetTemplate.objects, "Preset template '{value}' does not exist.")
-        outputs = body.list("algorithm.outputs")
         if outputs:
             if len(outputs) > 1:
                 body.error("algorithm.outputs", "At most one output (the training artifacts) is allowed.")
-            fields |= {
-                "store_artifacts": True,
-                "artifact_path": body.str(f"{OUTPUT}.remote.obs.obs_url") or "",
-                "artifact_mount_path": body.str(f"{OUTPUT}.local_dir"),
-            }
-
-        # spec.resource
-        pool_id = body.str("spec.resource.pool_id")
-        custom = _get(data, "spec.resource.custom_spec")
-        fields |= {
-            "pool_type": body.str("spec.resource.pool_type") or ("dedicated" if pool_id else None),
-            "pool": body.named(
-                "spec.resource.pool_id", ResourcePool.objects, "Resource pool '{value}' does not exist."
-            ),
-            "flavor": body.named("spec.resource.flavor_id", Flavor.objects, "Flavor '{value}' does not exist."),
-            "node_count": body.int("spec.resource.node_count", " between 1 and 64"),
-        }
-        if custom is not None:
-            body.obj("spec.resource.custom_spec")
-            fields |= {
-                "spec_type": TrainingJob.SpecType.CUSTOM,
-                "custom_cpus": body.number("spec.resource.custom_spec.cpu"),
-                "custom_memory_gb": body.number("spec.resource.custom_spec.memory_gb"),
-                "custom_gpus": body.int("spec.resource.custom_spec.gpu"),
-            }
-        if body.obj("spec.resource.affinity"):
-            fields |= {
-                "affinity": body.str("spec.resource.affinity.type") or "",
-                "affinity_strength": body.str("spec.resource.affinity.strength"),
-                "affinity_hosts": body.list("spec.resource.affinity.hosts") or [],
-            }
-        fs_mounts, obs_mounts = _volumes(body)
-        fields |= {
-            "file_system_mounts": fs_mounts,
-            "obs_mounts": obs_mounts,
-            "priority": body.int("spec.schedule_policy.priority", " between 1 and 3"),
-            "preemptible": body.bool("spec.schedule_policy.preemptible"),
-        }
-
-        # spec: logs, auto stop, retention
-        log_path = _get(data, "spec.log_export_path")
-        if isinstance(log_path, dict):
-            log_path = body.str("spec.log_export_path.obs_url")
-        elif log_path is not None and not isinstance(log_path, str):
-            body.error("spec.log_export_path", 'Must be {"obs_url": "obs://bucket/path/"} or a string.')
-            log_path = None
-        fields |= {
-            "keep_logs": body.bool("spec.keep_logs"),
-            "log_export_path": log_path,
-            "log_time_range_download": body.bool("spec.log_time_range_download"),
-            "auto_stop_hours": body.int("spec.auto_stop_hours", " of hours, 1-720 (null: off)"),
-            "retention_hours": body.int("spec.retention_hours", " of hours, 1-720 (null: off)"),
-        }
-
-        # spec.publish
-        if body.obj(PUBLISH):
-            publish_as = body.str(f"{PUBLISH}.as") or TrainingJob.PublishAs.NEW
-            fields |= {
-                "auto_publish": True,
-                "publish_as": publish_as,
-                "model_type": body.str(f"{PUBLISH}.model_type"),
-                "model_brand": body.str(f"{PUBLISH}.model_brand"),
-                "model_description": body.str(f"{PUBLISH}.model_description"),
-                "version_description": body.str(f"{PUBLISH}.version_description"),
-            }
-            if publish_as == TrainingJob.PublishAs.VERSION:
-                fields["publish_model"] = body.named(
-                    f"{PUBLISH}.model_name", Model.objects.filter(owner=user), "You have no model named '{value}'."
-                )
-            else:
-                fields["model_name"] = body.str(f"{PUBLISH}.model_name")
-
-        # spec.access and spec.observe
-        body.obj("spec.access")
-        body.obj("spec.observe")
-        fields |= {
-            "jupyter_lab": body.bool("spec.access.jupyter_lab"),
-            "ssh_remote": body.bool("spec.access.ssh"),
-            "ssh_key_pair": body.named(
-                "spec.access.key_pair", KeyPair.objects.filter(owner=user), "You have no key pair named '{value}'."
-            ),
-            "mutual_trust": body.bool("spec.access.mutual_trust"),
-            "mutual_trust_dir": body.str("spec.access.mutual_trust_dir"),
-            "tensorboard": body.bool("spec.observe.tensorboard"),
-            "mindstudio_insight": body.bool("spec.observe.mindstudio_insight"),
-            "observe_file_system": body.named(
-                "spec.observe.file_system", FileSystem.objects, "File system '{value}' does not exist."
-            ),
-            "observe_path": body.str("spec.observe.path"),
-        }
-        if body.obj(PROMETHEUS):
-            fields |= {
-                "metrics_mode": body.str(f"{PROMETHEUS}.type") or "",
-                "metrics_path": body.str(f"{PROMETHEUS}.path"),
-                "metrics_port": body.int(f"{PROMETHEUS}.port", " between 1 and 65535"),
-                "metrics_command": body.str(f"{PROMETHEUS}.command"),
-                "metrics_args": body.str(f"{PROMETHEUS}.args"),
-            }
-
-        # spec.notification and spec.hang_detection
-        notification = body.obj("spec.notification")
-        emails = notification.get("emails") or ""
-        if isinstance(emails, list):
-            emails = ",".join(str(e) for e in emails)
-        events = body.list("spec.notification.events") or []
-        fields |= {
-            "notify_webhook_url": body.str("spec.notification.webhook_url"),
-            "notify_emails": emails if isinstance(emails, str) else None,
-            "notify_events": [str(e) for e in events],
-            "hang_window_s": body.int("spec.hang_detection.window_seconds", " of seconds (0: the platform default)"),
-        }
+            fields |= {"store_artifacts": True, "artifact_path": fields["artifact_path"] or ""}
+        if present[CUSTOM_SPEC]:
+            fields["spec_type"] = TrainingJob.SpecType.CUSTOM
+        if present[AFFINITY]:
+            fields |= {"affinity": fields["affinity"] or "", "affinity_hosts": fields["affinity_hosts"] or []}
+        if publish:
+            fields |= {"auto_publish": True, "publish_as": publish_as}
+        if present[PROMETHEUS]:
+            fields["metrics_mode"] = fields["metrics_mode"] or ""
+        template = body.read(API_FIELD["preset_template"], user)
 
         if body.errors:
             raise serializers.ValidationError(body.errors)

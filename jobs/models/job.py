@@ -8,8 +8,10 @@ from django.conf import settings
 from django.core.validators import MaxLengthValidator
 from django.db import models
 from django.utils import timezone
-from django.utils.text import capfirst
+from django.utils.text import capfirst, format_lazy
+from django.utils.translation import gettext_lazy as _
 
+from faulttolerance.policy import MAX_CONSECUTIVE_HANG, MAX_CONSECUTIVE_UNCONDITIONAL
 from jobs import validators as v
 
 from .catalogue import (
@@ -92,7 +94,13 @@ class TrainingJob(JobRules, models.Model):
         CREATOR = "creator", "Only the creator"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="jobs")
+    workspace = models.ForeignKey(
+        Workspace,
+        on_delete=models.CASCADE,
+        related_name="jobs",
+        verbose_name=_("workspace"),
+        help_text=_("The workspace the job belongs to (the API's project_id); its members see it."),
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
 
     # -- mode and basic information ---------------------------------------------------------------
@@ -101,41 +109,122 @@ class TrainingJob(JobRules, models.Model):
         choices=TrainingMode.choices,
         default=TrainingMode.CUSTOM,
         error_messages={"invalid_choice": "Training mode must be custom or finetune; got %(value)r."},
+        verbose_name=_("training mode"),
+        help_text=_("Custom: your own code. Fine-tuning: starts from a preset template or a model asset."),
     )
     base_model = models.ForeignKey(
-        Model, null=True, blank=True, on_delete=models.PROTECT, related_name="finetune_jobs",
-        help_text="Fine-tuning: the model asset the job starts from.",
-    )  # fmt: skip
-    name = models.CharField(max_length=64, blank=True, validators=[v.job_name_validator])
-    description = models.CharField(max_length=v.DESCRIPTION_MAX, blank=True, validators=[v.validate_description])
+        Model,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="finetune_jobs",
+        verbose_name=_("base model"),
+        help_text=_("Fine-tuning: one of your model assets to start from."),
+    )
+    name = models.CharField(
+        max_length=v.JOB_NAME_MAX,
+        blank=True,
+        validators=[v.job_name_validator],
+        verbose_name=_("name"),
+        help_text=v.JOB_NAME_RULE,
+    )
+    description = models.CharField(
+        max_length=v.DESCRIPTION_MAX,
+        blank=True,
+        validators=[v.validate_description],
+        verbose_name=_("description"),
+        help_text=format_lazy(_("Optional: {rule}."), rule=v.DESCRIPTION_RULE),
+    )
 
     # -- training ------------------------------------------------------------------------------------
     preset_template = models.ForeignKey(
-        PresetTemplate, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+        PresetTemplate,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="jobs",
+        verbose_name=_("preset template"),
+        help_text=_("Optional: fills description, image, command, code dir, local code dir and env vars."),
     )
     image_source = models.CharField(
         max_length=16,
         choices=ImageSource.choices,
         default=ImageSource.CUSTOM,
         error_messages={"invalid_choice": "Image source must be preset or custom; got %(value)r."},
+        verbose_name=_("image source"),
+        help_text=_("A preset image registered by the operator, or your own image reference."),
     )
-    preset_image = models.ForeignKey(PresetImage, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs")
-    image = models.CharField(max_length=255, blank=True, validators=[v.image_reference_validator])
+    preset_image = models.ForeignKey(
+        PresetImage,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="jobs",
+        verbose_name=_("preset image"),
+        help_text=_("Registered by the operator; needs a code dir."),
+    )
+    image = models.CharField(
+        max_length=255,
+        blank=True,
+        validators=[v.image_reference_validator],
+        verbose_name=_("image"),
+        help_text=_("A custom image reference (no registry is reachable: the image must be on the hosts)."),
+    )
     image_kind = models.CharField(
         max_length=8,
         choices=ProcessorKind.choices,
         blank=True,
-        help_text="CPU/GPU/NPU: a preset image's kind, or what a custom image is built for (empty: unknown).",
         error_messages={"invalid_choice": "Image kind must be cpu, gpu or npu; got %(value)r."},
+        verbose_name=_("custom image type"),
+        help_text=_("What the custom image is built for; on the public pool it must match the flavor."),
     )
-    command = models.TextField(blank=True)
-    code_dir = models.CharField(max_length=1024, blank=True, validators=[v.obs_dir_validator("Code dir")])
-    code_backup_dir = models.CharField(max_length=1024, blank=True, validators=[v.obs_dir_validator("Code backup dir")])
+    command = models.TextField(
+        blank=True,
+        verbose_name=_("start command"),
+        help_text=_("Runs inside the container with sh -c; ';' and '&&' chains allowed."),
+    )
+    code_dir = models.CharField(
+        max_length=1024,
+        blank=True,
+        validators=[v.obs_dir_validator("Code dir")],
+        verbose_name=_("code dir"),
+        help_text=format_lazy(
+            _(
+                "obs://bucket/path/ (ending in '/'); required with a preset image; at most {gb} GB, {files} files, "
+                "{depth} levels deep. Appears at ${{MA_JOB_DIR}}/<last folder>."
+            ),
+            gb=v.CODE_DIR_MAX_BYTES // 1024**3,
+            files=v.CODE_DIR_MAX_FILES,
+            depth=v.CODE_DIR_MAX_DEPTH,
+        ),
+    )
+    code_backup_dir = models.CharField(
+        max_length=1024,
+        blank=True,
+        validators=[v.obs_dir_validator("Code backup dir")],
+        verbose_name=_("code backup dir"),
+        help_text=_(
+            "Optional obs:// folder: the local code folder is copied to "
+            "<dir>/<job>-<task>-<index>/user-job-dir/<folder> at start."
+        ),
+    )
     local_code_dir = models.CharField(
-        max_length=1024, default=v.DEFAULT_LOCAL_CODE_DIR, validators=[v.validate_local_code_dir]
+        max_length=1024,
+        default=v.DEFAULT_LOCAL_CODE_DIR,
+        validators=[v.validate_local_code_dir],
+        verbose_name=_("local code dir"),
+        help_text=format_lazy(
+            _("Default {default}; not {forbidden} nor under {trees}."),
+            default=v.DEFAULT_LOCAL_CODE_DIR,
+            forbidden=v.LOCAL_CODE_DIR_FORBIDDEN,
+            trees=", ".join(tree + "/" for tree in v.LOCAL_CODE_DIR_FORBIDDEN_TREES),
+        ),
     )
     environments = models.JSONField(
-        default=list, blank=True, help_text='[{"name": "KEY", "value": "...", "sensitive": false}], at most 100.'
+        default=list,
+        blank=True,
+        verbose_name=_("env vars"),
+        help_text=format_lazy(_("At most {max}; names like MY_VAR."), max=v.ENV_MAX),
     )
 
     # -- resources ----------------------------------------------------------------------------------------
@@ -144,137 +233,431 @@ class TrainingJob(JobRules, models.Model):
         choices=PoolType.choices,
         default=PoolType.PUBLIC,
         error_messages={"invalid_choice": "Pool type must be public or dedicated; got %(value)r."},
+        verbose_name=_("resource pool type"),
+        help_text=_("Public: shared hosts. Dedicated: a pool of hosts, with the options below."),
     )
-    pool = models.ForeignKey(ResourcePool, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs")
+    pool = models.ForeignKey(
+        ResourcePool,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="jobs",
+        verbose_name=_("resource pool"),
+        help_text=_("Free nodes, CPUs, memory and GPUs per pool; fragmentation: free capacity on partly used nodes."),
+    )
     spec_type = models.CharField(
         max_length=16,
         choices=SpecType.choices,
         default=SpecType.PRESET,
         error_messages={"invalid_choice": "Spec type must be preset or custom; got %(value)r."},
+        verbose_name=_("spec type"),
+        help_text=_("Dedicated pools: a preset flavor or a custom spec no larger than the pool's node size."),
     )
-    custom_cpus = models.FloatField(null=True, blank=True)
-    custom_memory_gb = models.FloatField(null=True, blank=True)
-    custom_gpus = models.IntegerField(null=True, blank=True)
-    node_count = models.PositiveIntegerField(default=1)
-    flavor = models.ForeignKey(Flavor, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs")
+    custom_cpus = models.FloatField(
+        null=True,
+        blank=True,
+        verbose_name=_("CPUs"),
+        help_text=_("No more than the pool's node size."),
+    )
+    custom_memory_gb = models.FloatField(
+        null=True,
+        blank=True,
+        verbose_name=_("memory (GB)"),
+        help_text=_("No more than the pool's node size."),
+    )
+    custom_gpus = models.IntegerField(
+        null=True,
+        blank=True,
+        verbose_name=_("GPUs"),
+        help_text=_("No more than the pool's node size."),
+    )
+    node_count = models.PositiveIntegerField(
+        default=1,
+        verbose_name=_("instance count"),
+        help_text=format_lazy(
+            _("{min}-{max}; more than 1 runs a distributed job."), min=v.NODE_COUNT_MIN, max=v.NODE_COUNT_MAX
+        ),
+    )
+    flavor = models.ForeignKey(
+        Flavor,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="jobs",
+        verbose_name=_("flavor"),
+        help_text=_(
+            "Must exist; a single-process flavor refuses more than one instance; on the public pool the "
+            "image type and flavor type must match (all CPU or all GPU)."
+        ),
+    )
     affinity = models.CharField(
         max_length=16,
         choices=Affinity.choices,
         blank=True,
-        help_text="Empty: no affinity.",
         error_messages={"invalid_choice": "Affinity must be affinity or anti_affinity (empty: off); got %(value)r."},
+        verbose_name=_("affinity"),
+        help_text=_("Dedicated pools: run on (affinity) or away from (anti-affinity) the hosts below."),
     )
     affinity_strength = models.CharField(
         max_length=16,
         choices=AffinityStrength.choices,
         default=AffinityStrength.REQUIRED,
         error_messages={"invalid_choice": "Affinity strength must be required or preferred; got %(value)r."},
+        verbose_name=_("affinity strength"),
+        help_text=_("Strong: only there (the job waits). Weak: preferred, elsewhere if needed."),
     )
-    affinity_hosts = models.JSONField(default=list, blank=True, help_text="Names of Docker hosts of the pool.")
+    affinity_hosts = models.JSONField(
+        default=list,
+        blank=True,
+        verbose_name=_("affinity hosts"),
+        help_text=_("Hosts of the pool."),
+    )
     file_system_mounts = models.JSONField(
         default=list,
         blank=True,
-        help_text='[{"file_system": name, "path": "/", "mount_path": "/mnt/x", "read_only": false, "options": "..."}]',
+        verbose_name=_("file system mounts"),
+        help_text=format_lazy(
+            _(
+                "At most {max}; a file system may be mounted twice, a mount path only once. "
+                "Mount options default to {options}."
+            ),
+            max=v.MOUNTS_MAX,
+            options=v.DEFAULT_NFS_OPTIONS,
+        ),
     )
     obs_mounts = models.JSONField(
-        default=list, blank=True, help_text='At most one: [{"obs_url": "obs://bucket/path/", "mount_path": "/mnt/y"}]'
+        default=list,
+        blank=True,
+        verbose_name=_("object storage mount"),
+        help_text=format_lazy(_("At most {max} bucket path."), max=v.OBS_MOUNTS_MAX),
     )
-    priority = models.IntegerField(default=v.PRIORITY_DEFAULT)
-    preemptible = models.BooleanField(default=False)
+    priority = models.IntegerField(
+        default=v.PRIORITY_DEFAULT,
+        verbose_name=_("priority"),
+        help_text=format_lazy(
+            _("Dedicated pools: {min}-{max} ({max} needs the permission 'may use high priority')."),
+            min=v.PRIORITY_MIN,
+            max=v.PRIORITY_MAX,
+        ),
+    )
+    preemptible = models.BooleanField(
+        default=False,
+        verbose_name=_("allow preemption"),
+        help_text=_("Dedicated pools: the job may be stopped and re-queued to make room."),
+    )
 
     # -- data -----------------------------------------------------------------------------------------------
-    datasets = models.JSONField(default=list, blank=True, help_text="Ids of datasets (at most 3).")
+    datasets = models.JSONField(
+        default=list,
+        blank=True,
+        verbose_name=_("datasets"),
+        help_text=format_lazy(_("At most {max}: preset data or your own online data."), max=v.DATASETS_MAX),
+    )
 
     # -- storage (training artifacts and publishing) -----------------------------------------------------------
-    store_artifacts = models.BooleanField(default=False)
+    store_artifacts = models.BooleanField(
+        default=False,
+        verbose_name=_("store training artifacts"),
+        help_text=_("Keep the job's outputs in object storage; the mount survives restarts (checkpoints)."),
+    )
     artifact_path = models.CharField(
-        max_length=1024, blank=True, validators=[v.obs_dir_validator("Artifact storage path")]
+        max_length=1024,
+        blank=True,
+        validators=[v.obs_dir_validator("Artifact storage path")],
+        verbose_name=_("artifact storage path"),
+        help_text=_("obs://bucket/path/ where the job's outputs are kept."),
     )
     artifact_mount_path = models.CharField(
-        max_length=1024, default=v.DEFAULT_ARTIFACT_MOUNT_PATH, validators=[v.validate_artifact_mount_path]
+        max_length=1024,
+        default=v.DEFAULT_ARTIFACT_MOUNT_PATH,
+        validators=[v.validate_artifact_mount_path],
+        verbose_name=_("artifact mount path"),
+        help_text=format_lazy(
+            _("Letters, digits, '-', '_', '/'; not {forbidden}."),
+            forbidden=", ".join(path + "/" for path in v.ARTIFACT_MOUNT_FORBIDDEN if path != "/"),
+        ),
     )
-    auto_publish = models.BooleanField(default=False)
+    auto_publish = models.BooleanField(
+        default=False,
+        verbose_name=_("auto-publish the final model"),
+        help_text=_("When the job completes, its artifacts become a model asset version."),
+    )
     publish_as = models.CharField(
         max_length=16,
         choices=PublishAs.choices,
         default=PublishAs.NEW,
         error_messages={"invalid_choice": "Publish as must be new or version; got %(value)r."},
+        verbose_name=_("publish as"),
+        help_text=_("A new model (version V1), or the next version of one of your models."),
     )
-    model_name = models.CharField(max_length=v.MODEL_NAME_MAX, blank=True)
+    model_name = models.CharField(
+        max_length=v.MODEL_NAME_MAX,
+        blank=True,
+        verbose_name=_("model name"),
+        help_text=v.MODEL_NAME_RULE,
+    )
     model_type = models.CharField(
         max_length=32,
         choices=Model.Type.choices,
         blank=True,
         error_messages={"invalid_choice": "Model type must be one of " + ", ".join(Model.Type.values) + "."},
+        verbose_name=_("model type"),
+        help_text=_("Text generation, image understanding, image generation, video generation or other."),
     )
-    model_brand = models.CharField(max_length=64, blank=True)
-    model_description = models.CharField(max_length=256, blank=True)
+    model_brand = models.CharField(
+        max_length=64,
+        blank=True,
+        verbose_name=_("model brand"),
+        help_text=_("Optional, e.g. Qwen."),
+    )
+    model_description = models.CharField(
+        max_length=v.MODEL_DESCRIPTION_MAX,
+        blank=True,
+        verbose_name=_("model description"),
+        help_text=format_lazy(_("Required for a new model; up to {max} characters."), max=v.MODEL_DESCRIPTION_MAX),
+    )
     publish_model = models.ForeignKey(
-        Model, null=True, blank=True, on_delete=models.SET_NULL, related_name="publishing_jobs"
+        Model,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="publishing_jobs",
+        verbose_name=_("existing model"),
+        help_text=_("One of your models; the version is the previous one + 1."),
     )
-    version_description = models.CharField(max_length=v.VERSION_DESCRIPTION_MAX, blank=True)
+    version_description = models.CharField(
+        max_length=v.VERSION_DESCRIPTION_MAX,
+        blank=True,
+        verbose_name=_("version description"),
+        help_text=format_lazy(
+            _("Optional, up to {max} characters. The version (V1, or the previous one + 1) is set by the platform."),
+            max=v.VERSION_DESCRIPTION_MAX,
+        ),
+    )
 
     # High availability (SPEC §4). R is max_restarts when fault tolerance is on, else 0.
-    fault_tolerance = models.BooleanField(default=False)
-    max_restarts = models.PositiveIntegerField(default=3)
-    unconditional_restart = models.BooleanField(default=False)
-    hang_restart = models.BooleanField(default=False)
-    pod_retry_num = models.PositiveIntegerField(default=0, help_text="Instance rescheduling count P (0-128).")
+    fault_tolerance = models.BooleanField(
+        default=False,
+        verbose_name=_("fault tolerance (automatic restart)"),
+        help_text=_("Off by default. On: failed jobs restart automatically, up to max restarts."),
+    )
+    max_restarts = models.PositiveIntegerField(
+        default=3,
+        verbose_name=_("max restarts"),
+        help_text=format_lazy(
+            _("{min}-{max}, used when fault tolerance is on."), min=v.MAX_RESTARTS_MIN, max=v.MAX_RESTARTS_MAX
+        ),
+    )
+    unconditional_restart = models.BooleanField(
+        default=False,
+        verbose_name=_("unconditional restart"),
+        help_text=format_lazy(
+            _("Restart whatever the failure, at most {times} times in a row; consumes max restarts."),
+            times=MAX_CONSECUTIVE_UNCONDITIONAL,
+        ),
+    )
+    hang_restart = models.BooleanField(
+        default=False,
+        verbose_name=_("hang restart"),
+        help_text=format_lazy(
+            _("Restart a stuck job in place, at most {times} times in a row; does not consume max restarts."),
+            times=MAX_CONSECUTIVE_HANG,
+        ),
+    )
+    pod_retry_num = models.PositiveIntegerField(
+        default=0,
+        verbose_name=_("instance rescheduling count"),
+        help_text=format_lazy(
+            _("0-{max}: how often one instance of a multi-instance job may move off a lost host."),
+            max=v.POD_RETRY_MAX,
+        ),
+    )
     operator_reexecution = models.BooleanField(
-        default=False, help_text="Retry a failed communication operator (Ascend); passed to the container."
+        default=False,
+        verbose_name=_("operator re-execution"),
+        help_text=_(
+            "Retry a failed communication operator (an Ascend feature): passed to the container as "
+            "configuration (MA_OPERATOR_REEXECUTION=1); the console does nothing else with it."
+        ),
     )
 
     # Hang detection window (SPEC §6); 0 uses the platform default.
-    hang_window_s = models.PositiveIntegerField(default=0)
+    hang_window_s = models.PositiveIntegerField(
+        default=0,
+        verbose_name=_("hang detection window (seconds)"),
+        help_text=_("Suspected hang after this long without CPU, log or GPU use; empty: platform default."),
+    )
 
     # -- access ----------------------------------------------------------------------------------------------
-    jupyter_lab = models.BooleanField(default=False)
-    ssh_remote = models.BooleanField(default=False)
-    ssh_key_pair = models.ForeignKey(KeyPair, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs")
-    mutual_trust = models.BooleanField(default=False)
+    jupyter_lab = models.BooleanField(
+        default=False,
+        verbose_name=_("JupyterLab"),
+        help_text=_("Open JupyterLab in the running job."),
+    )
+    ssh_remote = models.BooleanField(
+        default=False,
+        verbose_name=_("SSH remote development"),
+        help_text=_("Needs a key pair of yours; excludes mutual-trust SSH files."),
+    )
+    ssh_key_pair = models.ForeignKey(
+        KeyPair,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="jobs",
+        verbose_name=_("key pair"),
+        help_text=_("One of your key pairs."),
+    )
+    mutual_trust = models.BooleanField(
+        default=False,
+        verbose_name=_("generate mutual-trust SSH files"),
+        help_text=format_lazy(
+            _("Directory default {dir}; excludes SSH remote development."), dir=v.DEFAULT_MUTUAL_TRUST_DIR
+        ),
+    )
     mutual_trust_dir = models.CharField(
         max_length=1024,
         default=v.DEFAULT_MUTUAL_TRUST_DIR,
         validators=[v.validate_directory("Mutual-trust SSH files dir")],
+        verbose_name=_("mutual-trust SSH files dir"),
+        help_text=format_lazy(_("Default {dir}."), dir=v.DEFAULT_MUTUAL_TRUST_DIR),
     )
 
     # -- observe -----------------------------------------------------------------------------------------------
-    tensorboard = models.BooleanField(default=False)
-    mindstudio_insight = models.BooleanField(default=False)
+    tensorboard = models.BooleanField(
+        default=False,
+        verbose_name=_("TensorBoard"),
+        help_text=_("Dedicated pools; needs a file system; excludes MindStudio Insight."),
+    )
+    mindstudio_insight = models.BooleanField(
+        default=False,
+        verbose_name=_("MindStudio Insight"),
+        help_text=_("Dedicated pools; needs a file system; excludes TensorBoard."),
+    )
     observe_file_system = models.ForeignKey(
-        FileSystem, null=True, blank=True, on_delete=models.PROTECT, related_name="observing_jobs"
+        FileSystem,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="observing_jobs",
+        verbose_name=_("summary file system"),
+        help_text=_("Dedicated pools: the file system the summaries are written to."),
     )
     observe_path = models.CharField(
-        max_length=1024, default=v.DEFAULT_SUMMARY_PATH, validators=[v.mount_path_validator("Summary path")]
+        max_length=1024,
+        default=v.DEFAULT_SUMMARY_PATH,
+        validators=[v.mount_path_validator("Summary path")],
+        verbose_name=_("summary path"),
+        help_text=format_lazy(_("Default {path}."), path=v.DEFAULT_SUMMARY_PATH),
     )
     metrics_mode = models.CharField(
         max_length=16,
         choices=MetricsMode.choices,
         blank=True,
-        help_text="Prometheus metrics: empty (off), by HTTP or by command.",
         error_messages={"invalid_choice": "Metrics mode must be http or command (empty: off); got %(value)r."},
+        verbose_name=_("Prometheus metrics"),
+        help_text=_("Off, by HTTP (URL path + port inside the container) or by command."),
     )
-    metrics_path = models.CharField(max_length=256, blank=True)
-    metrics_port = models.IntegerField(null=True, blank=True)
-    metrics_command = models.CharField(max_length=256, blank=True)
-    metrics_args = models.CharField(max_length=1024, blank=True)
+    metrics_path = models.CharField(
+        max_length=256,
+        blank=True,
+        verbose_name=_("metrics URL path"),
+        help_text=_("e.g. /metrics"),
+    )
+    metrics_port = models.IntegerField(
+        null=True,
+        blank=True,
+        verbose_name=_("metrics port"),
+        help_text=format_lazy(_("{min}-{max}, inside the container."), min=v.PORT_MIN, max=v.PORT_MAX),
+    )
+    metrics_command = models.CharField(
+        max_length=256,
+        blank=True,
+        verbose_name=_("metrics command"),
+        help_text=_("Prints Prometheus text within seconds, e.g. 'cat'."),
+    )
+    metrics_args = models.CharField(
+        max_length=1024,
+        blank=True,
+        verbose_name=_("metrics command arguments"),
+        help_text=_("Arguments of the metrics command."),
+    )
 
     # -- more settings ------------------------------------------------------------------------------------------
     keep_logs = models.BooleanField(
-        null=True, blank=True, default=None, help_text="Empty: on for NPU flavors (and when a log path is set)."
+        null=True,
+        blank=True,
+        default=None,
+        verbose_name=_("keep logs permanently"),
+        help_text=_("On by default for NPU flavors. Off: logs are deleted 30 days after the job ends."),
     )
-    log_export_path = models.CharField(max_length=1024, blank=True, validators=[v.obs_dir_validator("Log path")])
-    log_time_range_download = models.BooleanField(default=False)
-    auto_stop_hours = models.IntegerField(null=True, blank=True, help_text="Empty: no auto stop.")
-    retention_hours = models.IntegerField(null=True, blank=True, help_text="Empty: containers removed at the end.")
-    tags = models.JSONField(default=list, blank=True, help_text='[{"key": ..., "value": ...}], at most 20.')
+    log_export_path = models.CharField(
+        max_length=1024,
+        blank=True,
+        validators=[v.obs_dir_validator("Log path")],
+        verbose_name=_("log path"),
+        help_text=_("obs://bucket/path/; required when logs are kept permanently."),
+    )
+    log_time_range_download = models.BooleanField(
+        default=False,
+        verbose_name=_("log download by time range"),
+        help_text=_("Allow downloading a time range of the log."),
+    )
+    auto_stop_hours = models.IntegerField(
+        null=True,
+        blank=True,
+        verbose_name=_("auto stop after (hours)"),
+        help_text=format_lazy(
+            _("Empty: off. {presets} or a custom {min}-{max} hours; time queued does not count."),
+            presets=", ".join(str(hours) for hours in v.HOUR_PRESETS),
+            min=v.HOURS_MIN,
+            max=v.HOURS_MAX,
+        ),
+    )
+    retention_hours = models.IntegerField(
+        null=True,
+        blank=True,
+        verbose_name=_("retention (hours)"),
+        help_text=format_lazy(
+            _("Dedicated pools: keep the containers {min}-{max} hours after the end; not with fault tolerance."),
+            min=v.HOURS_MIN,
+            max=v.HOURS_MAX,
+        ),
+    )
+    tags = models.JSONField(
+        default=list,
+        blank=True,
+        verbose_name=_("tags"),
+        help_text=format_lazy(_("At most {max} key/value pairs with unique keys."), max=v.TAGS_MAX),
+    )
 
     # Notifications (SPEC §3 "more settings"): a topic and the events sent to it.
-    notify_webhook_url = models.URLField(blank=True, max_length=500)
-    notify_emails = models.CharField(blank=True, max_length=500, help_text="Comma-separated e-mail addresses.")
-    notify_events = models.JSONField(default=list, blank=True)
+    notify_webhook_url = models.URLField(
+        blank=True,
+        max_length=500,
+        verbose_name=_("webhook URL"),
+        help_text=_("Receives a JSON POST per subscribed event (retried on failure)."),
+    )
+    notify_emails = models.CharField(
+        blank=True,
+        max_length=500,
+        verbose_name=_("e-mail addresses"),
+        help_text=_("Comma-separated."),
+    )
+    notify_events = models.JSONField(
+        default=list,
+        blank=True,
+        verbose_name=_("notify on"),
+        help_text=_("Sent to the webhook and the e-mail addresses."),
+    )
 
-    visibility = models.CharField(max_length=16, choices=Visibility.choices, default=Visibility.WORKSPACE)
+    visibility = models.CharField(
+        max_length=16,
+        choices=Visibility.choices,
+        default=Visibility.WORKSPACE,
+        verbose_name=_("visible to"),
+        help_text=_("Workspace members (default), or only you (and those who may list all jobs)."),
+    )
 
     # Desired state, written by users; the supervisor converges to it.
     terminate_requested = models.BooleanField(default=False)
@@ -422,13 +805,15 @@ class TrainingJob(JobRules, models.Model):
 
 
 def _name_the_field_in_length_messages(model) -> None:
-    """Django's max_length message does not say which field it is about; ours do."""
+    """Django's max_length message does not say which field it is about; ours do.
+
+    The field is named after its attribute (as before fields had verbose names), not its
+    lazily translated label: the messages stay exactly what the API has always said."""
     for f in model._meta.fields:
         for validator in f.validators:
             if isinstance(validator, MaxLengthValidator):
-                validator.message = (
-                    f"{capfirst(f.verbose_name)} may have at most %(limit_value)d characters (it has %(show_value)d)."
-                )
+                name = capfirst(f.name.replace("_", " "))
+                validator.message = f"{name} may have at most %(limit_value)d characters (it has %(show_value)d)."
 
 
 _name_the_field_in_length_messages(TrainingJob)
