@@ -4,6 +4,7 @@ session carry the label console.test=<session> and are removed by label."""
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import shutil
@@ -49,6 +50,29 @@ def pytest_configure(config) -> None:
                 time.sleep(0.2 * (attempt + 1))
 
     DatabaseOperations.execute_sql_flush = execute_sql_flush_retrying
+
+
+# The suite's three layers, one marker each, given here at collection (`pytest -m unit`, ...):
+#   browser      drives a real Chromium: marked `browser`, or uses `new_page`;
+#   integration  needs real Docker, the Celery worker or daphne: uses one of INTEGRATION_FIXTURES;
+#   unit         the rest: PostgreSQL and Redis at most, no Docker daemon, no worker, no daphne.
+# A test that reaches one of them without such a fixture must ask for it (e.g. docker_client).
+INTEGRATION_FIXTURES = frozenset(
+    {"docker_client", "worker", "celery_worker_process", "daphne_server", "live_url", "second_host"}
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("browser") or "new_page" in fixtures:
+            layer = "browser"
+        elif item.get_closest_marker("integration") or fixtures & INTEGRATION_FIXTURES:
+            layer = "integration"
+        else:
+            layer = "unit"
+        item.add_marker(layer)
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
@@ -160,7 +184,7 @@ def celery_worker_process(django_db_setup, django_db_blocker):
             "--concurrency",
             "32",
             "-Q",
-            settings.CELERY_TASK_DEFAULT_QUEUE,
+            f"{settings.CELERY_TASK_DEFAULT_QUEUE},{settings.CELERY_CONTROL_QUEUE}",
             "-B",
             "--schedule",
             os.path.join(TMP, "beat-schedule"),
@@ -214,18 +238,33 @@ def live_url(daphne_server, worker) -> str:
     return daphne_server.url
 
 
+@functools.cache
+def _password_hash(password: str, hashers: tuple[str, ...]) -> str:
+    """A real hash of the password, made once a session: the hasher's work (~0.2 s) per user and test was
+    most of a validation test's time. Logging in with it checks it as usual."""
+    from django.contrib.auth.hashers import make_password
+
+    return make_password(password)
+
+
 @pytest.fixture
-def demo(transactional_db, docker_client):
-    """A workspace with an owner, a member and an outsider, the local Docker host and presets."""
+def demo(db):
+    """A workspace with an owner, a member and an outsider, the local Docker host and presets.
+
+    Rows only (the host is a row naming the local engine; nothing here talks to Docker), in the
+    test's own database mode: a plain `django_db` test rolls them back, a transactional one (its
+    marker, or the `worker` fixture) commits them. The Docker-backed part is `worker` (or
+    `docker_client` alone): a test that runs containers asks for it, which makes it integration."""
     from django.contrib.auth import get_user_model
     from rest_framework.authtoken.models import Token
 
     from jobs.models import DockerHost, PresetImage, ResourcePool, Workspace
 
-    User = get_user_model()
-    owner = User.objects.create_user("owner", password="owner-password")
-    member = User.objects.create_user("member", password="member-password")
-    outsider = User.objects.create_user("outsider", password="outsider-password")
+    def user(name: str):  # password: "<name>-password"
+        password = _password_hash(f"{name}-password", tuple(settings.PASSWORD_HASHERS))
+        return get_user_model().objects.create(username=name, password=password)
+
+    owner, member, outsider = user("owner"), user("member"), user("outsider")
     workspace = Workspace.objects.create(name="team")
     workspace.members.add(owner, member)
     Workspace.objects.create(name="elsewhere").members.add(outsider)
@@ -261,10 +300,10 @@ def settle_jobs(timeout: float = 60, docker_client=None) -> None:
     """Stop every unfinished job and wait until no worker is busy with any of them
     and (given a Docker client) none of their containers is left."""
     from jobs.models import FINAL_PHASES, Attempt, TaskRun, TrainingJob
-    from jobs.runtime import lifecycle
+    from jobs.runtime import stop
 
     for job_id in TrainingJob.objects.exclude(phase__in=FINAL_PHASES).values_list("id", flat=True):
-        lifecycle.request_terminate(job_id)
+        stop.request_terminate(job_id)
 
     def quiet() -> bool:
         return (
@@ -282,7 +321,15 @@ def settle_jobs(timeout: float = 60, docker_client=None) -> None:
         if docker_client is not None:
             wait_for(no_containers, timeout=timeout, interval=0.2, message="no container left")
     except AssertionError as exc:
-        raise AssertionError(f"{exc}:\n{describe()}") from None
+        left = []
+        if docker_client is not None:
+            for c in docker_client.containers.list(all=True, sparse=True, filters={"label": "=".join(TEST_LABEL)}):
+                labels = c.attrs.get("Labels") or {}
+                left.append(
+                    f"  container {(c.attrs.get('Names') or ['?'])[0]} {c.attrs.get('State')} "
+                    f"job={labels.get('console.job')} attempt={labels.get('console.attempt')}"
+                )
+        raise AssertionError(f"{exc}:\n{describe()}\n" + "\n".join(left)) from None
 
 
 def describe() -> str:
@@ -305,13 +352,13 @@ def describe() -> str:
 def submit_job(demo, **fields):
     """Create a job the way the form and the API do (full_clean, save, submit)."""
     from jobs.models import TrainingJob
-    from jobs.runtime import lifecycle
+    from jobs.runtime import schedule
 
     defaults = dict(workspace=demo.workspace, created_by=demo.owner, name="job", image=BUSYBOX, command="echo hi")
     job = TrainingJob(**(defaults | fields))
     job.full_clean()
     job.save()
-    lifecycle.submit(job)
+    schedule.submit(job)
     return job
 
 

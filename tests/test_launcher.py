@@ -55,8 +55,8 @@ def run_launcher(
 
 
 @pytest.fixture(scope="module")
-def client():
-    return docker.from_env()
+def client(docker_client):
+    return docker_client
 
 
 def items(lines: list[str]) -> list[str]:

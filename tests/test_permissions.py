@@ -28,7 +28,8 @@ from jobs.models import Phase, TrainingJob
 from jobs.views.detail import TABS
 from tests.conftest import BUSYBOX, submit_job, wait_for
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
+# The cast runs its jobs to completed: the worker (transactional); the quota and priority checks roll back.
+pytestmark = [pytest.mark.django_db]
 
 CLOSE_FORBIDDEN = 4403
 ROLES = ("owner", "member", "outsider", "auditor", "superuser")
@@ -59,7 +60,7 @@ def grant(user, codename: str):
 
 
 @pytest.fixture
-def cast(demo) -> Cast:
+def cast(demo, worker) -> Cast:
     User = get_user_model()
     auditor = User.objects.create_user("auditor", password="auditor-password")
     demo.workspace.members.add(auditor)
@@ -402,6 +403,7 @@ def test_check_quota_refuses_the_10001st_job(demo):
     access.check_quota(demo.member)  # per account: the member is not affected
 
 
+@pytest.mark.usefixtures("worker")  # the accepted jobs run
 def test_api_refuses_the_10001st_job_of_an_account(demo):
     fill_quota(demo, demo.owner, 9_999)
     owner = api_client(demo.owner)

@@ -16,7 +16,9 @@ from jobs.forms import JobCreateForm
 from jobs.models import PresetTemplate, ResourcePool, TrainingJob
 from tests.conftest import BUSYBOX
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]  # settles the jobs it starts
+# A test that submits a job has the worker (transactional: it settles the jobs it starts); the rest roll back.
+pytestmark = [pytest.mark.django_db]
+runs_jobs = pytest.mark.usefixtures("worker")
 
 HX = {"HTTP_HX_REQUEST": "true"}
 
@@ -293,6 +295,7 @@ def test_review_shows_the_configuration_and_a_body_the_api_accepts(demo, owner_c
     )
 
 
+@runs_jobs
 def test_submit_creates_the_job_or_shows_the_first_step_with_errors(demo, owner_client):
     bad = base_data(demo, step="review", action="submit", command="", fault_tolerance="on", max_restarts="0")
     response = owner_client.post("/jobs/create/", bad, **HX)
@@ -307,6 +310,7 @@ def test_submit_creates_the_job_or_shows_the_first_step_with_errors(demo, owner_
     assert job.created_by == demo.owner
 
 
+@runs_jobs
 def test_copy_prefills_from_a_visible_job_only(demo, owner_client):
     from tests.conftest import submit_job
 
@@ -338,6 +342,7 @@ def test_the_pool_picker_shows_what_each_dedicated_pool_has_free(demo, owner_cli
     assert 'value="test-pool"' not in html, "public pools are not offered as dedicated pools"
 
 
+@runs_jobs
 def test_the_job_page_shows_every_setting_grouped_like_the_wizard(demo, owner_client):
     from tests.conftest import submit_job
 
