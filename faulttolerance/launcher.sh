@@ -135,8 +135,8 @@ oom_kills() {
 
 stopping=0
 child=0
-trap 'stopping=1; [ "$child" -gt 0 ] && kill -TERM "$child" 2>/dev/null' TERM INT
-trap ': a decision was written' USR1  # a handler, so that it interrupts wait
+trap 'signalled=1; stopping=1; [ "$child" -gt 0 ] && kill -TERM "$child" 2>/dev/null' TERM INT
+trap 'signalled=1' USR1  # a decision was written: a handler, so that it interrupts wait
 run=0
 while :; do
   run=$((run + 1))
@@ -152,15 +152,22 @@ while :; do
   # /bin/sh (by its path: the applet would be busybox's shell).
   (cd "$workdir" 2>/dev/null; exec nsenter -F -S 1000 -G 1000 /bin/sh -c "$MA_USER_COMMAND") &
   child=$!
-  # wait returns early when a trapped signal arrives: wait until the child is gone.
+  # wait returns early (128 + the signal) when a trapped signal arrives: wait again until it
+  # returns the child's own status. Not "until the child is gone": a short run that ended
+  # while the signal cut the wait short would be reported as killed by SIGUSR1 (138).
+  code=""
   while :; do
     # A decision while the command runs ends it (checked before every wait: the signal may
     # have come before this one started, even before the first run). A decision is taken
     # (moved away) only once the run it ends is over, so this never ends a run started for it.
     [ -f decision ] && kill -KILL -1 2>/dev/null
+    signalled=0
     wait "$child"
-    code=$?
-    kill -0 "$child" 2>/dev/null || break
+    status=$?
+    # 127 after a first answer: the signal came just after a wait that had the child's status.
+    [ "$status" = 127 ] && [ -n "$code" ] && break
+    code=$status
+    [ "$signalled" = 1 ] || break
   done
   child=0
   oom=0
