@@ -122,6 +122,24 @@ def test_a_killed_container_resumes_from_its_last_checkpoint(demo, worker, docke
     # The work lost: steps trained since the last checkpoint, from the job's own log.
     lost = steps(PROGRESS_RE, before)[-1] - saved[-1]
     assert record.evidence["work_lost_steps"] == lost
+    # ... and the training time to do again: from the last checkpoint's line to the kill (at
+    # --sleep 0.05 s a step, `lost` steps took about lost * 0.05 s; the kill came a poll later).
+    saved_line = next(line for line in reversed(read_lines(killed)) if SAVED_RE.match(line.text))
+    expected = killed.ended_at.timestamp() - saved_line.ts_ns / 1e9
+    assert record.evidence["work_lost_s"] == pytest.approx(expected, abs=0.01)
+    assert lost * 0.05 <= record.evidence["work_lost_s"] < 30
+
+    # Goodput: the recovery cost its downtime and that work; the rest was training.
+    from jobs.goodput import job_goodput
+
+    job.refresh_from_db()
+    good = job_goodput(job)
+    (cost,) = good.costs
+    assert cost.downtime_s == pytest.approx(record.downtime.total_seconds())
+    assert cost.work_lost_s == record.evidence["work_lost_s"]
+    assert good.lost_s == pytest.approx(cost.downtime_s + cost.work_lost_s)
+    assert good.elapsed_s == pytest.approx((job.ended_at - job.started_at).total_seconds())
+    assert 0 < good.ratio < 1
 
 
 HUNG_COMMAND = """python3 -c '

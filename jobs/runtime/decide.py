@@ -38,23 +38,30 @@ NO_CHECKPOINT_LINE = "[checkpoint] no checkpoint, starting from step 0"
 WORK_LOST_SCAN_BYTES = 2 * 1024 * 1024  # how far back from the end of the failed run's log to look
 
 
-def work_lost_steps(task_run: TaskRun) -> int | None:
+@dataclass(frozen=True)
+class WorkLost:
+    steps: int  # trained since the last checkpoint
+    since_ns: int  # when that checkpoint was saved (or the run started without one): its line's time
+
+
+def work_lost(task_run: TaskRun) -> WorkLost | None:
     """Steps trained since the last checkpoint, from the failed run's own log: its last
     `[progress] step=N` minus its last `[checkpoint] saved step=C` (or the step it resumed
-    from, or 0 when it started without a checkpoint). None when the job reports no
-    steps or no checkpoint line is within the scanned tail."""
-    from .logview import tail_texts  # the lines as a terminal shows them (progress bars redrawn)
+    from, or 0 when it started without a checkpoint), and when that checkpoint line was
+    written. None when the job reports no steps or no checkpoint line is within the scanned tail."""
+    from .logview import tail_lines  # the lines as a terminal shows them (progress bars redrawn)
 
     progress = checkpoint = None
-    for text in reversed(tail_texts(task_run, None, WORK_LOST_SCAN_BYTES)):
+    since_ns = 0
+    for ts_ns, text in reversed(tail_lines(task_run, None, WORK_LOST_SCAN_BYTES)):
         if progress is None and (m := PROGRESS_STEP_RE.match(text)):
             progress = int(m.group(1))
         elif checkpoint is None and (m := CHECKPOINT_STEP_RE.match(text)):
-            checkpoint = int(m.group(1))
+            checkpoint, since_ns = int(m.group(1)), ts_ns
         elif checkpoint is None and text.startswith(NO_CHECKPOINT_LINE):
-            checkpoint = 0
+            checkpoint, since_ns = 0, ts_ns
         if progress is not None and checkpoint is not None:
-            return max(0, progress - checkpoint)
+            return WorkLost(max(0, progress - checkpoint), since_ns)
     return None
 
 
@@ -106,11 +113,11 @@ class _AlreadyClaimed(Exception):
 @dataclass(frozen=True)
 class _FailureEvidence:
     facts: c.EndFacts
-    work_lost_steps: int | None
+    work_lost: WorkLost | None
 
     @classmethod
     def of(cls, run: TaskRun) -> _FailureEvidence:
-        return cls(_facts(run), work_lost_steps(run))
+        return cls(_facts(run), work_lost(run))
 
 
 def _claim_and_decide(
@@ -337,9 +344,14 @@ def _decide_after_failure(
         finish(job, Phase.FAILED, f"{verdict.failure_class}{exit_text}: {detail} Decision: {decision.summary}.")
     if policy.max_restarts > 0:
         record_evidence = dict(failed_run.evidence, host=failed_run.host.name, host_id=failed_run.host_id)
-        lost = failure.work_lost_steps
+        lost = failure.work_lost
         if lost is not None:
-            record_evidence["work_lost_steps"] = lost
+            record_evidence["work_lost_steps"] = lost.steps
+            if lost.since_ns and failed_run.ended_at:
+                # Training time to do again: from the checkpoint to the failure (a hang's idle
+                # window included), what goodput counts beside the downtime.
+                seconds = failed_run.ended_at.timestamp() - lost.since_ns / 1e9
+                record_evidence["work_lost_s"] = round(max(0.0, seconds), 3)
         RecoveryRecord.from_decision(
             job=job,
             attempt=attempt,

@@ -74,9 +74,14 @@ def load_window(
 def tail_texts(task_run: TaskRun, count: int | None = 50, max_bytes: int = RECENT_BYTES) -> list[str]:
     """The text of the last `count` lines (all within max_bytes when None) as a terminal shows
     them: progress bars in their last state, without colours, at most TEXT_CAP characters each."""
+    return [text for _, text in tail_lines(task_run, count, max_bytes)]
+
+
+def tail_lines(task_run: TaskRun, count: int | None = 50, max_bytes: int = RECENT_BYTES) -> list[tuple[int, str]]:
+    """tail_texts with each line's time: (Docker's timestamp of its first record in ns, text)."""
     if task_run.log_bytes <= 0:
         return []
     term = Terminal(cap=TEXT_CAP, max_new=count or 10**7)
     records = count * RECENT_RECORDS_PER_LINE + 200 if count is not None else 10**9
     load_window(term, log_path(task_run), task_run.log_lines, task_run.log_bytes, records, max_bytes)
-    return [line.text for line in term.take().new]
+    return [(line.ts_ns, line.text) for line in term.take().new]

@@ -81,6 +81,7 @@ class Line:
     width: int = 0
     continued: bool = False  # the line started before what this terminal was fed
     sent: bool = False
+    ts_ns: int = 0  # when its first record was written (Docker's timestamp)
 
     def write(self, column: int, text: str, style: int) -> None:
         chars = self.chars
@@ -181,9 +182,9 @@ class Terminal:
         """One record (number: its record number, the id of a line it starts; size: the payload's
         size in the file, where only part of it is fed)."""
         if self.row < 0:
-            self._append(number)
+            self._append(number, ts_ns)
         elif not joins(self._prev, ts_ns):
-            self._line_feed(number)
+            self._line_feed(number, ts_ns)
         self._write(self._decoder.decode(payload))
         self._prev = (ts_ns, more, len(payload) if size is None else size)
 
@@ -233,8 +234,8 @@ class Terminal:
         return [(line.id, line.text) for line in self.window]
 
     # -- lines -------------------------------------------------------------------------------
-    def _append(self, number: int) -> None:
-        line = Line(number)
+    def _append(self, number: int, ts_ns: int = 0) -> None:
+        line = Line(number, ts_ns=ts_ns)
         self.window.append(line)
         if len(self.window) > self.keep:
             self.window.popleft().freeze()
@@ -244,7 +245,7 @@ class Terminal:
             self._dropped += 1
         self._new.append(line)
 
-    def _line_feed(self, number: int) -> None:
+    def _line_feed(self, number: int, ts_ns: int = 0) -> None:
         tail = self._decoder.decode(b"", final=True)  # a character cut by the end of the line
         self._decoder.reset()
         self._escape, self._in_string = "", False  # a sequence never spans lines here
@@ -254,7 +255,7 @@ class Terminal:
             self.row += 1  # below a line the cursor went up from: that line, as on a terminal
             self.col = 0
         else:
-            self._append(number)
+            self._append(number, ts_ns)
 
     def _touch(self, line: Line) -> None:
         if line.sent:

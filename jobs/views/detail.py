@@ -12,6 +12,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from jobs.access import visible_jobs
+from jobs.goodput import job_goodput
 from jobs.models import Attempt, TrainingJob
 from jobs.runtime import logreading, metrics, outputs, stop
 from jobs.views.wizard_review import job_configuration
@@ -36,13 +37,16 @@ def job_context(job: TrainingJob) -> dict:
             "failed_attempt__task_runs__host"
         )
     )
-    for record in recoveries:
-        _describe_recovery(record)
+    ordered = sorted(recoveries, key=lambda r: r.detected_at)
+    good = job_goodput(job, ordered)
+    for record, cost in zip(ordered, good.costs if good else [None] * len(ordered), strict=True):
+        _describe_recovery(record, cost)
     events = list(job.events.all()[: EVENTS_SHOWN + 1])
     return {
         "job": job,
         "attempts": attempts,
         "recoveries": recoveries,
+        "goodput": _goodput_view(good),
         "timeline": build_timeline(job, attempts, recoveries),
         "events": events[:EVENTS_SHOWN],
         "events_truncated": len(events) > EVENTS_SHOWN,
@@ -58,8 +62,21 @@ def job_live_fragments(job: TrainingJob) -> dict[str, str]:
 
 
 # -- fault recovery rows -------------------------------------------------------------------------
-def _describe_recovery(record) -> None:
-    """What a recovery row shows beyond the record's own fields."""
+def _goodput_view(good) -> dict | None:
+    """The Fault recovery tab's summary: the effective training time ratio and what was lost."""
+    if good is None or good.ratio is None:
+        return None
+    return {
+        "percent": f"{good.ratio * 100:.1f}",
+        "effective": _duration_text(timedelta(seconds=good.effective_s)),
+        "elapsed": _duration_text(timedelta(seconds=good.elapsed_s)),
+        "lost": _duration_text(timedelta(seconds=good.lost_s)),
+        "recoveries": len(good.costs),
+    }
+
+
+def _describe_recovery(record, cost=None) -> None:
+    """What a recovery row shows beyond the record's own fields (cost: its goodput cost)."""
     record.failed_run = next(
         (run for run in record.failed_attempt.task_runs.all() if run.index == record.task_index), None
     )
@@ -74,6 +91,10 @@ def _describe_recovery(record) -> None:
     record.stacks = evidence.get("stacks") or ""
     record.work_lost_steps = evidence.get("work_lost_steps")
     record.downtime_text = _duration_text(record.downtime)
+    record.work_lost_text = (
+        _duration_text(timedelta(seconds=cost.work_lost_s)) if cost is not None and cost.work_lost_s is not None else ""
+    )
+    record.time_lost_text = _duration_text(timedelta(seconds=cost.lost_s)) if cost is not None else ""
 
 
 def _duration_text(delta: timedelta | None) -> str:
