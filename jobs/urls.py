@@ -8,6 +8,7 @@ urlpatterns = [
     path("", list_views.job_list, name="job-list"),
     path("jobs/create/", create.job_create, name="job-create"),
     path("jobs/create/validate/", create.job_create_validate, name="job-create-validate"),
+    path("jobs/create/what-happens/", create.job_create_whatif, name="job-create-whatif"),
     path("jobs/<uuid:job_id>/", detail.job_detail, name="job-detail"),
     path("jobs/<uuid:job_id>/stop/", detail.job_stop, name="job-stop"),
     path("jobs/<uuid:job_id>/logs/<int:index>/download/", detail.job_log_download, name="job-log-download"),

@@ -343,3 +343,32 @@ def test_one_job_of_each_scenario_preset_runs_with_its_settings(demo, new_page, 
     expect(page.locator("#job-header .phase")).to_have_attribute("data-phase", "Running")
     expect(page.locator("#restarts")).to_have_text(f"Restarts 0/{expected['max_restarts']}")
     assert job.attempts.first().task_runs.count() == expected["node_count"]
+
+
+def test_the_high_availability_step_says_what_happens_if(demo, new_page):  # noqa: F811
+    """The table follows the switches as they are set (htmx posts the form; the same policy
+    functions as at run time compute it)."""
+    page = new_page()
+    log_in(page, "owner", "owner-password")
+    open_wizard(page)
+    page.get_by_role("button", name=re.compile("High availability")).click()
+    section = step(page, "High availability")
+    table = section.locator("#whatif")
+    transient = table.locator("tr[data-class='transient']")
+    expect(transient).to_contain_text("no restart")
+    expect(transient).to_contain_text("fault tolerance is off")
+
+    section.get_by_label("Fault tolerance (automatic restart)").check()
+    expect(transient).to_contain_text("process → container → job level")
+    expect(transient).to_contain_text("1 of 3 restarts × 3")
+    expect(table.locator("tr[data-class='user_error']")).to_contain_text("user_error is not retryable")
+    htmx_idle(page)
+    section.get_by_label("Hang restart").check()
+    hang = table.locator("tr[data-class='hang']")
+    expect(hang).to_contain_text("a hang restart (not counted in max restarts) × 3")
+    htmx_idle(page)
+    section.get_by_label("Unconditional restart").check()
+    expect(table.locator("tr[data-class='user_error']")).to_contain_text("after 3 restarts: max restarts used up (3/3)")
+    htmx_idle(page)
+    shot(page, "13-what-happens-if")
+    assert not TrainingJob.objects.exists()  # looking creates nothing

@@ -22,7 +22,7 @@ from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from jobs import validators as v
-from jobs import wizard
+from jobs import whatif, wizard
 from jobs.access import visible_jobs
 from jobs.forms import JobCreateForm, copy_initial, read_env_file
 from jobs.models import PresetTemplate, TrainingJob
@@ -70,6 +70,22 @@ def job_create(request: HttpRequest) -> HttpResponse:
             return _render(request, form, current, extra_errors={"env_file": form_errors})
         notice = "Env vars imported."
     return _render(request, _bound(request, data), current, notice=notice)
+
+
+def _whatif_context(values) -> dict:
+    return {"whatif": whatif.for_form_data(_as_post(values)), "whatif_url": reverse("job-create-whatif")}
+
+
+def _as_post(values) -> dict:
+    """Initial values (True, 3) read like posted ones ("on", "3")."""
+    return {k: ("on" if values.get(k) is True else values.get(k)) for k in values}
+
+
+@login_required
+@require_POST
+def job_create_whatif(request: HttpRequest) -> HttpResponse:
+    """The high-availability step's "What happens if" table for the switches as they are now."""
+    return render(request, "jobs/_whatif.html", _whatif_context(request.POST))
 
 
 @login_required
@@ -253,6 +269,8 @@ def _render(
         context["layout"] = _runtime_layout(form)
     if current == wizard.REVIEW:
         context["review"] = review_context(form, visible, errors)
+    if current == "ha":
+        context |= _whatif_context(form.data if form.is_bound else form.initial)
     template = "jobs/job_create.html" if page or not request.htmx else "jobs/wizard/_wizard.html"
     response = render(request, template, context, status=status)
     response["HX-Push-Url"] = "false"

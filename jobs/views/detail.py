@@ -11,6 +11,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from jobs import whatif
 from jobs.access import visible_jobs
 from jobs.goodput import job_goodput
 from jobs.models import Attempt, TrainingJob
@@ -47,6 +48,7 @@ def job_context(job: TrainingJob) -> dict:
         "attempts": attempts,
         "recoveries": recoveries,
         "goodput": _goodput_view(good),
+        "whatif": whatif.for_job(job),
         "timeline": build_timeline(job, attempts, recoveries),
         "events": events[:EVENTS_SHOWN],
         "events_truncated": len(events) > EVENTS_SHOWN,
