@@ -131,7 +131,16 @@ class Stack:
                 os.environ.get("CONSOLE_LOG_LEVEL", "WARNING"),
             ],
         )
-        daphne = [str(bindir / "daphne"), "-b", "127.0.0.1", "-p", str(self.port), "console.asgi:application"]
+        daphne = [
+            str(bindir / "daphne"),
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "--websocket_timeout",
+            "-1",
+            "console.asgi:application",
+        ]
         self._spawn("daphne", daphne)
         deadline = time.monotonic() + 30
         while not _answers(self.port):

@@ -224,7 +224,9 @@ def daphne_server(django_db_setup):
     port = _free_port()
     daphne = str(Path(sys.executable).with_name("daphne"))
     server = ManagedProcess(
-        "daphne", [daphne, "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"], ready=lambda: _answers(port)
+        "daphne",
+        [daphne, "-b", "127.0.0.1", "-p", str(port), "--websocket_timeout", "-1", "console.asgi:application"],
+        ready=lambda: _answers(port),
     )
     server.url = f"http://127.0.0.1:{port}"
     server.start()

@@ -38,6 +38,9 @@ class Command(BaseCommand):
             application=get_default_application(),
             endpoints=build_endpoint_description_strings(host=host, port=port),
             signal_handlers=True,
+            # No cap on a page's websocket (daphne's default closes it after 24 h with a normal
+            # close, which htmx does not reconnect): access is checked again every few seconds.
+            websocket_timeout=-1,
         )
         server.run()
 
