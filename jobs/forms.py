@@ -245,6 +245,9 @@ def limits_without_flavor() -> str:
     )
 
 
+DEFAULT_COMMAND = 'echo "hello from $MA_JOB_NAME on $(hostname)"'
+
+
 class JobCreateForm(forms.ModelForm):
     """The create-job wizard. Validation is the model's (full_clean), shared with the API."""
 
@@ -335,6 +338,9 @@ class JobCreateForm(forms.ModelForm):
                 preset = PresetImage.objects.order_by("id").first()
                 if preset:
                     self.initial.setdefault("image", preset.image_ref)
+                # The defaults make a job that runs in any image (the command runs with the image's
+                # own /bin/sh): a user who only clicks through sees it complete.
+                self.initial.setdefault("command", DEFAULT_COMMAND)
 
     def _pool_picker(self) -> None:
         """SPEC §3 "pool": the picker shows each dedicated pool's free nodes, GPUs, CPUs, memory

@@ -372,3 +372,23 @@ def test_the_high_availability_step_says_what_happens_if(demo, new_page):  # noq
     htmx_idle(page)
     shot(page, "13-what-happens-if")
     assert not TrainingJob.objects.exists()  # looking creates nothing
+
+
+def test_the_defaults_alone_make_a_job_that_runs(demo, new_page, docker_client):  # noqa: F811
+    """A user who opens the wizard and submits at once gets a job that completes: the default
+    image and command agree."""
+    page = new_page()
+    log_in(page, "owner", "owner-password")
+    open_wizard(page)
+    page.locator(".wizard-actions").get_by_role("button", name="Skip to review").click()
+    step(page, "Review and submit")
+    expect(page.locator("#review")).to_contain_text("Everything checks out.")
+    page.locator(".wizard-actions").get_by_role("button", name="Submit").click()
+    job = wait_for(lambda: TrainingJob.objects.first(), message="the job created")
+    wait_for(lambda: TrainingJob.objects.get(id=job.id).is_final, timeout=60, message="the job to end")
+    job.refresh_from_db()
+    assert job.phase == Phase.COMPLETED, job.phase_reason
+    from jobs.runtime.logs import read_lines
+
+    run = job.attempts.get().task_runs.get()
+    assert any(line.text.startswith(f"hello from {job.name} on ") for line in read_lines(run))
