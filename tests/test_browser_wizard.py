@@ -185,9 +185,9 @@ def test_limits_are_refused_next_to_the_field_and_nothing_is_created(demo, new_p
     # The review lists what is left to fix, by step, and Submit stays off.
     page.locator(".steps").get_by_role("button", name=re.compile("Review and submit")).click()
     section = step(page, "Review and submit")
-    expect(section.locator(".review-section.has-errors")).to_have_count(3)  # training (command), HA, access
+    expect(section.locator(".review-section.has-errors")).to_have_count(2)  # HA, access (the command has a default)
     expect(page.get_by_role("button", name="Submit", exact=True)).to_be_disabled()
-    expect(page.locator(".steps li.has-errors")).to_have_count(3)
+    expect(page.locator(".steps li.has-errors")).to_have_count(2)
     shot(page, "11-review-problems")
     assert_not_reloaded(page)
     assert not TrainingJob.objects.exists()
