@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.db import transaction
 
 from console import realtime
 
 from .models import JobEvent, Notification, TrainingJob
+
+log = logging.getLogger(__name__)
 
 
 def record(job: TrainingJob, kind: str, message: str, **data) -> JobEvent:
@@ -27,8 +31,20 @@ def record(job: TrainingJob, kind: str, message: str, **data) -> JobEvent:
         realtime.publish(realtime.job_group(job.id), {"type": "job.changed"})
         from . import tasks
 
+        # The fast path only: the rows are the outbox, and what is not queued here (the broker is
+        # down) the reconcile step queues later. A failure must not reach the caller, whose
+        # transaction (a job's state change) has committed already.
         for notification in notifications:
-            tasks.deliver_notification.delay(notification.id)
+            try:
+                tasks.deliver_notification.delay(notification.id)
+            except Exception:
+                log.warning(
+                    "event %s: could not queue %d notification(s); the reconcile step will",
+                    event.id,
+                    len(notifications),
+                    exc_info=True,
+                )
+                break  # the broker is down for the rest too: each would wait out the publish retries
 
     transaction.on_commit(after_commit)
     return event

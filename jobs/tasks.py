@@ -4,9 +4,12 @@ The runtime queues them through jobs/runtime/later.py (one typed function each),
 module imports the runtime inside each task: the runtime imports this one.
 """
 
+import logging
 import os
 
 from celery import shared_task
+
+log = logging.getLogger(__name__)
 
 
 @shared_task
@@ -75,34 +78,65 @@ def reconcile() -> list[str]:
 
 # Base of the notification retry backoff: retry n waits base * 2**(n-1) s (2, 4, 8, 16, 32 s by default).
 NOTIFY_BACKOFF_S = float(os.environ.get("CONSOLE_NOTIFY_BACKOFF_S", "2"))
+# One try and five retries, then the notification is given up (FAILED, with the last error).
+NOTIFY_MAX_RETRIES = 5
+# How long a worker holds a notification while it sends it: longer than any send takes (a webhook
+# gives up after 5 s connecting and 5 s reading), so only a holder that died loses it to another.
+NOTIFY_CLAIM_S = 60
 
 
-@shared_task(bind=True, max_retries=5)
-def deliver_notification(self, notification_id: int) -> bool:
-    """Send one notification; retried with backoff (NOTIFY_BACKOFF_S doubled each time)."""
+def notify_retry_delay_s(tries: int) -> float:
+    """The wait before the next try of a notification tried `tries` times (retry n = tries)."""
+    return NOTIFY_BACKOFF_S * 2 ** (tries - 1)
+
+
+@shared_task
+def deliver_notification(notification_id: int) -> bool:
+    """Send one notification if it is due and nobody else holds it; whether this call sent it.
+
+    The row is the outbox (jobs.models.Notification): a failed try moves `next_try_at` by the
+    backoff and the reconcile step queues this task again then, so a retry survives the loss of
+    its worker or of the broker (a Celery countdown would live only in the broker). Queued twice,
+    or given a row another worker is sending, it does nothing.
+    """
+    from django.db.models import Q
     from django.utils import timezone
 
     from jobs.models import Notification
     from jobs.notify import TRANSPORTS, TransportError
 
-    notification = Notification.objects.select_related("event__job__workspace").filter(id=notification_id).first()
-    if notification is None or notification.status != Notification.Status.PENDING:
+    now = timezone.now()
+    # The claim: one conditional UPDATE, so of two workers at the same moment one wins.
+    claimed = (
+        Notification.objects.filter(id=notification_id, status=Notification.Status.PENDING, next_try_at__lte=now)
+        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+        .update(claimed_until=now + timezone.timedelta(seconds=NOTIFY_CLAIM_S))
+    )
+    if claimed != 1:
         return False
+    notification = Notification.objects.select_related("event__job__workspace").get(id=notification_id)
     transport = TRANSPORTS[notification.transport]()
+    tries = notification.tries + 1
     try:
         transport.send(notification.target, notification.event)
-    except TransportError as exc:
-        tries = notification.tries + 1
-        give_up = self.request.retries >= self.max_retries or not exc.retry
-        Notification.objects.filter(id=notification.id).update(
+    except Exception as exc:
+        if isinstance(exc, TransportError):
+            error, retry = str(exc), exc.retry
+        else:
+            # Not a failure the transport knows (a bug, a broken mail backend): a try all the same,
+            # so that it too ends given up with its reason, not retried for ever.
+            log.exception("notification %s: sending failed", notification.id)
+            error, retry = f"{type(exc).__name__}: {exc}", True
+        give_up = tries > NOTIFY_MAX_RETRIES or not retry
+        Notification.objects.filter(id=notification.id, status=Notification.Status.PENDING).update(
             tries=tries,
-            last_error=str(exc),
+            last_error=error,
             status=Notification.Status.FAILED if give_up else Notification.Status.PENDING,
+            next_try_at=timezone.now() + timezone.timedelta(seconds=notify_retry_delay_s(tries)),
+            claimed_until=None,
         )
-        if give_up:
-            return False
-        raise self.retry(countdown=NOTIFY_BACKOFF_S * 2**self.request.retries) from exc
+        return False
     Notification.objects.filter(id=notification.id, status=Notification.Status.PENDING).update(
-        status=Notification.Status.SENT, tries=notification.tries + 1, sent_at=timezone.now(), last_error=""
+        status=Notification.Status.SENT, tries=tries, sent_at=timezone.now(), last_error="", claimed_until=None
     )
     return True

@@ -23,6 +23,7 @@ class EventKind(models.TextChoices):
     LOGS_EXPORTED = "logs_exported", "logs exported"
     LOGS_EXPORT_FAILED = "logs_export_failed", "log export failed"
     LOGS_DELETED = "logs_deleted", "logs deleted"
+    TERMINAL_OPENED = "terminal_opened", "terminal opened"  # who opened a shell in which instance (jobs/terminal.py)
 
 
 # Events a user may subscribe a notification topic to (SPEC §3 "notifications").
@@ -55,7 +56,12 @@ class JobEvent(models.Model):
 
 
 class Notification(models.Model):
-    """One delivery of one event to one target; retried until sent or given up."""
+    """One delivery of one event to one target, and its outbox row: retried until sent or given up.
+
+    The row, not a broker message, is the promise: a message lost with a worker or the broker
+    leaves the row PENDING, and the reconcile step (jobs/runtime/reconcile.py) queues it again
+    once `next_try_at` is due and nobody holds it (docs/decisions.md, "an outbox").
+    """
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -69,8 +75,16 @@ class Notification(models.Model):
     tries = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
+    # When the next try may be made: now for the first, then the retry backoff (jobs/tasks.py).
+    next_try_at = models.DateTimeField(default=timezone.now)
+    # A worker sending it holds it until then (a conditional UPDATE takes it), so two workers given
+    # the same row never send it at the same moment; a holder that dies lets go when this passes.
+    claimed_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["event", "transport", "target"], name="unique_notification_target")
         ]
+        # The reconcile step's question, "which pending rows are due": sent rows, nearly all of
+        # them, are not in the index.
+        indexes = [models.Index(fields=["next_try_at"], condition=models.Q(status="pending"), name="notification_due")]

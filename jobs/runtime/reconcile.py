@@ -226,6 +226,40 @@ def delete_expired_logs() -> bool:
     return bool(ids)
 
 
+# A first try has the message events.record() queued at commit in flight: it gets this long
+# before the step queues one more. A retry has no message (the row is its only schedule).
+FIRST_TRY_GRACE_S = 5
+
+
+def resend_notifications() -> bool:
+    """Pending notifications due and held by nobody: their message was lost (the broker was down
+    at commit, or went down with it; a worker died with it), or they wait for a retry. Queued
+    twice, deliver_notification sends once (it claims the row), so this may queue freely."""
+    from jobs import tasks
+    from jobs.models import Notification
+
+    now = timezone.now()
+    first_due = now - timezone.timedelta(seconds=FIRST_TRY_GRACE_S)
+    ids = list(
+        Notification.objects.filter(status=Notification.Status.PENDING)
+        .filter(Q(tries=0, next_try_at__lte=first_due) | Q(tries__gt=0, next_try_at__lte=now))
+        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+        .order_by("next_try_at", "id")
+        .values_list("id", flat=True)[:100]
+    )
+    for notification_id in ids:
+        try:
+            # At once, not after commit as later.py does: there is no transaction here, and a
+            # queueing failure must be caught here.
+            tasks.deliver_notification.delay(notification_id)
+        except Exception:
+            log.warning(
+                "could not queue notification %s; the next reconcile tries again", notification_id, exc_info=True
+            )
+            return False  # the broker is down: the others would fail the same way
+    return bool(ids)
+
+
 STEPS = (
     check_hosts,
     schedule_pending_jobs,
@@ -240,6 +274,7 @@ STEPS = (
     delete_expired_logs,
     release_ended_jobs,
     remove_orphaned_containers,
+    resend_notifications,
 )
 
 
