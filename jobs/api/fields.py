@@ -31,6 +31,10 @@ OBSERVE = "spec.observe"
 PROMETHEUS = "spec.observe.prometheus"
 NOTIFICATION = "spec.notification"
 
+# Objects of the body GET shows as null while they are off (no auto-publish, no Prometheus
+# metrics); the fields within them are left out then. Other objects are left out whole.
+NULL_WHEN_OFF = frozenset({PUBLISH, PROMETHEUS})
+
 # JSON kinds of the table: what the body holds at a field's path.
 STRING, BOOLEAN, INTEGER, NUMBER, ARRAY = "string", "boolean", "integer", "number", "array"
 NAME = "name"  # an object chosen by its name (jobs/validators.py NAMED_OBJECTS), a string
@@ -103,9 +107,9 @@ API_FIELDS: tuple[ApiField, ...] = (
         parsed=False,
         shown=_tolerant,
         text=True,
-        **_between(v.MAX_RESTARTS_MIN, v.MAX_RESTARTS_MAX, " (absent or 0: fault tolerance off)"),
+        **_between(v.MAX_RESTARTS_MIN, v.MAX_RESTARTS_MAX, " (absent: fault tolerance off)"),
     ),
-    # SPEC §7: an absent job-retry-num is 0, and 0 is fault tolerance off; both fields live there.
+    # SPEC §7: job-retry-num is "1".."128"; absent, fault tolerance is off. Both fields live there.
     ApiField("fault_tolerance", f"{ANNOTATIONS}.{RETRY_NUM}", SHAPED, shown=lambda job: False),
     ApiField("unconditional_restart", f"{ANNOTATIONS}.{UNCONDITIONAL}", BOOLEAN, shown=_tolerant, text=True),
     ApiField("hang_restart", f"{ANNOTATIONS}.{HANG_RETRY}", BOOLEAN, shown=_tolerant, text=True),
@@ -183,7 +187,10 @@ API_FIELDS: tuple[ApiField, ...] = (
         "log_export_path",
         "spec.log_export_path",
         SHAPED,
-        schema={"oneOf": [{"type": "object", "properties": {"obs_url": {"type": "string"}}}, {"type": "string"}]},
+        schema={
+            "oneOf": [{"type": "object", "properties": {"obs_url": {"type": "string"}}}, {"type": "string"}],
+            "nullable": True,  # GET: null when no log path is set
+        },
     ),
     ApiField("log_time_range_download", "spec.log_time_range_download", BOOLEAN),
     ApiField("auto_stop_hours", "spec.auto_stop_hours", INTEGER, **_HOURS),

@@ -14,6 +14,7 @@ from .fields import (  # noqa: F401
     API_FIELDS,
     HANG_RETRY,
     NAME,
+    NULL_WHEN_OFF,
     OPERATOR_REEXECUTION,
     OUTPUT,
     POD_RETRY_NUM,
@@ -27,15 +28,16 @@ from .fields import (  # noqa: F401
 
 _OMIT = object()
 
-# When GET shows the fields of an object of the body (ApiField.within), and what it shows otherwise.
-_GROUPS: dict[str, tuple[Callable[[TrainingJob], bool], Any]] = {
-    "spec.resource.custom_spec": (lambda job: job.dedicated and job.spec_type == TrainingJob.SpecType.CUSTOM, _OMIT),
-    "spec.resource.affinity": (lambda job: job.dedicated and bool(job.affinity), _OMIT),
-    OUTPUT: (lambda job: job.store_artifacts, _OMIT),
-    PUBLISH: (lambda job: job.auto_publish, None),
-    "new_model": (lambda job: job.auto_publish, _OMIT),
-    "existing_model": (lambda job: job.auto_publish, _OMIT),
-    PROMETHEUS: (lambda job: job.metrics_mode in (TrainingJob.MetricsMode.HTTP, TrainingJob.MetricsMode.COMMAND), None),
+# When GET shows the fields of an object of the body (ApiField.within); otherwise the object is
+# null (fields.NULL_WHEN_OFF) or left out.
+_GROUPS: dict[str, Callable[[TrainingJob], bool]] = {
+    "spec.resource.custom_spec": lambda job: job.dedicated and job.spec_type == TrainingJob.SpecType.CUSTOM,
+    "spec.resource.affinity": lambda job: job.dedicated and bool(job.affinity),
+    OUTPUT: lambda job: job.store_artifacts,
+    PUBLISH: lambda job: job.auto_publish,
+    "new_model": lambda job: job.auto_publish,
+    "existing_model": lambda job: job.auto_publish,
+    PROMETHEUS: lambda job: job.metrics_mode in (TrainingJob.MetricsMode.HTTP, TrainingJob.MetricsMode.COMMAND),
 }
 
 # Values GET shows other than the field's own (what the platform decides, or null when unused).
@@ -109,10 +111,10 @@ def job_fields(job: TrainingJob) -> dict:
     """Every field of the path table (serializers.API_FIELDS) at its path, as GET shows it."""
     body: dict = {"metadata": {}, "algorithm": {}, "spec": {}}
     for spec in API_FIELDS:
-        shown, otherwise = _GROUPS.get(spec.within, (None, _OMIT))
+        shown = _GROUPS.get(spec.within)
         if shown is not None and not shown(job):
-            if otherwise is not _OMIT:
-                _place(body, spec.within, otherwise)
+            if spec.within in NULL_WHEN_OFF:
+                _place(body, spec.within, None)
             continue
         if spec.shown is not None and not spec.shown(job):
             continue

@@ -16,7 +16,7 @@ from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiRespo
 from jobs import validators as v
 from jobs.listing import ORDERS, PHASES, SORT_BY
 
-from .fields import API_FIELDS, NAME, SHAPED, ApiField
+from .fields import API_FIELDS, NAME, NULL_WHEN_OFF, SHAPED, ApiField
 
 TAG = "training-jobs"
 
@@ -79,6 +79,8 @@ def fields_schema() -> dict:
     tree: dict = {"type": "object"}
     for spec in API_FIELDS:
         _place(tree, spec.path, field_schema(spec))
+    for path in NULL_WHEN_OFF:  # GET: null while off
+        _place(tree, path, {"nullable": True})
     return tree["properties"]
 
 
@@ -272,6 +274,17 @@ def listing(item: dict) -> dict:
 
 NOT_FOUND = OpenApiResponse(ERROR, description="No such project or job, or the caller may not see it.")
 BAD_REQUEST = OpenApiResponse(ERROR, description="A bad field or parameter, named in error_msg and errors.")
+UNAUTHENTICATED = OpenApiResponse(
+    ERROR, description="No credentials, or a token that is not valid (WWW-Authenticate: Token)."
+)
+CSRF_FAILED = OpenApiResponse(
+    ERROR, description="Signed in by the browser's session without its CSRF token (scripts use a token)."
+)
+
+# What every route answers besides its own responses: 401 without valid credentials; a method that
+# changes something also 403, for a session caller without the CSRF token.
+AUTH_ERRORS = {401: UNAUTHENTICATED}
+UNSAFE_AUTH_ERRORS = {401: UNAUTHENTICATED, 403: CSRF_FAILED}
 
 LIST_PARAMETERS = [
     OpenApiParameter(

@@ -18,7 +18,7 @@ status, and the values the platform fills in (the image of a preset engine, publ
         "visibility": "workspace" | "creator",
         "tags": [{"key": "team", "value": "nlp"}],                         # <= 20, unique keys
         "annotations": {
-          "fault-tolerance/job-retry-num": "3",                            # 1-128; absent or "0": off
+          "fault-tolerance/job-retry-num": "3",                            # 1-128; absent: off
           "fault-tolerance/job-unconditional-retry": "true",
           "fault-tolerance/hang-retry": "true",
           "fault-tolerance/pod-retry-num": "2",                            # 0-128
@@ -334,15 +334,17 @@ class TrainingJobCreateSerializer(serializers.Serializer):
         }
 
         # What the table alone does not say: derived fields, shapes, and defaults of the body.
-        retry_num = body.read(API_FIELD["max_restarts"], user) or 0
+        # SPEC §7: the annotation is "1".."128" when present; absent, fault tolerance is off. A
+        # present "0" is refused with the wizard's 1-128 message (fault tolerance on, max 0).
+        retry_present = _get(data, API_FIELD["max_restarts"].path) is not None
+        retry_num = body.read(API_FIELD["max_restarts"], user) if retry_present else 0
         pool_id = _get(data, API_FIELD["pool"].path)
         fs_mounts, obs_mounts = _volumes(body)
         fields |= {
             "name": fields["name"] or "",
             "command": fields["command"] or "",
-            # SPEC §7: an absent job-retry-num is 0, and 0 is fault tolerance off.
-            "fault_tolerance": retry_num != 0,
-            "max_restarts": retry_num if retry_num else 3,
+            "fault_tolerance": retry_present,
+            "max_restarts": retry_num if retry_present else 3,
             "image_source": TrainingJob.ImageSource.PRESET if "engine_name" in engine else None,
             "environments": _environments(body),
             "datasets": _datasets(body),

@@ -49,7 +49,7 @@ class TrainingJobList(APIView):
         description="The jobs of the project the caller may see (creator-only jobs of others need "
         '"may list all jobs"), filtered, sorted and paged like the job list page.',
         parameters=s.LIST_PARAMETERS,
-        responses={200: OpenApiResponse(s.JOB_LIST), 400: s.BAD_REQUEST, 404: s.NOT_FOUND},
+        responses={200: OpenApiResponse(s.JOB_LIST), 400: s.BAD_REQUEST, 404: s.NOT_FOUND, **s.AUTH_ERRORS},
         examples=[s.LIST_EXAMPLE],
     )
     def get(self, request, project_id: str):
@@ -80,7 +80,7 @@ class TrainingJobList(APIView):
         description="Validates the body with the same rules as the wizard, refuses the account's 10,001st job "
         "(quota), saves and queues the job.",
         request={"application/json": s.CREATE_BODY},
-        responses={201: OpenApiResponse(s.JOB), 400: s.BAD_REQUEST, 404: s.NOT_FOUND},
+        responses={201: OpenApiResponse(s.JOB), 400: s.BAD_REQUEST, 404: s.NOT_FOUND, **s.UNSAFE_AUTH_ERRORS},
         examples=[s.CREATE_EXAMPLE, s.JOB_EXAMPLE, s.QUOTA_EXAMPLE],
     )
     def post(self, request, project_id: str):
@@ -105,7 +105,7 @@ class TrainingJobDetail(APIView):
     @extend_schema(
         operation_id="show_training_job",
         summary="A training job: status.phase, restart counters and the HA settings it runs with",
-        responses={200: OpenApiResponse(s.JOB), 404: s.NOT_FOUND},
+        responses={200: OpenApiResponse(s.JOB), 404: s.NOT_FOUND, **s.AUTH_ERRORS},
         examples=[s.JOB_EXAMPLE],
     )
     def get(self, request, project_id: str, job_id):
@@ -118,6 +118,7 @@ class TrainingJobDetail(APIView):
             204: OpenApiResponse(description="Deleted."),
             404: s.NOT_FOUND,
             409: OpenApiResponse(s.ERROR, description="The job has not ended: terminate it first."),
+            **s.UNSAFE_AUTH_ERRORS,
         },
     )
     def delete(self, request, project_id: str, job_id):
@@ -145,6 +146,7 @@ class TrainingJobActions(APIView):
             202: OpenApiResponse(s.JOB, description="Termination requested."),
             400: s.BAD_REQUEST,
             404: s.NOT_FOUND,
+            **s.UNSAFE_AUTH_ERRORS,
         },
         examples=[s.TERMINATE_EXAMPLE],
     )
@@ -170,7 +172,7 @@ class TrainingJobRecoveries(APIView):
     @extend_schema(
         operation_id="list_training_job_recoveries",
         summary="The fault recovery records of a job",
-        responses={200: OpenApiResponse(s.listing(s.RECOVERY)), 404: s.NOT_FOUND},
+        responses={200: OpenApiResponse(s.listing(s.RECOVERY)), 404: s.NOT_FOUND, **s.AUTH_ERRORS},
     )
     def get(self, request, project_id: str, job_id):
         job = _job(request, project_id, job_id)
@@ -184,7 +186,7 @@ class TrainingJobEvents(APIView):
         operation_id="list_training_job_events",
         summary="The events of a job, newest first",
         parameters=[OpenApiParameter("kind", OpenApiTypes.STR, description="Only events of this kind.")],
-        responses={200: OpenApiResponse(s.listing(s.EVENT)), 404: s.NOT_FOUND},
+        responses={200: OpenApiResponse(s.listing(s.EVENT)), 404: s.NOT_FOUND, **s.AUTH_ERRORS},
     )
     def get(self, request, project_id: str, job_id):
         job = _job(request, project_id, job_id)
@@ -201,7 +203,7 @@ class TrainingJobMetrics(APIView):
         summary="The job's Prometheus metrics, scraped now inside each running instance",
         description="By the job's metrics command or URL (spec.observe.prometheus), run inside each instance "
         "of the current attempt. 404 when the job exposes no metrics.",
-        responses={200: OpenApiResponse(s.METRICS), 404: s.NOT_FOUND},
+        responses={200: OpenApiResponse(s.METRICS), 404: s.NOT_FOUND, **s.AUTH_ERRORS},
     )
     def get(self, request, project_id: str, job_id):
         job = _job(request, project_id, job_id)
@@ -240,6 +242,7 @@ class TrainingJobTaskLogs(APIView):
             400: s.BAD_REQUEST,
             404: s.NOT_FOUND,
             410: OpenApiResponse(s.ERROR, description="The logs were deleted by retention."),
+            **s.AUTH_ERRORS,
         },
     )
     def get(self, request, project_id: str, job_id, task: str):
