@@ -4,6 +4,7 @@ from faulttolerance.models import RecoveryRecord
 
 from .models import (
     Attempt,
+    Bucket,
     Dataset,
     DockerHost,
     FileSystem,
@@ -121,6 +122,24 @@ class PresetTemplateAdmin(admin.ModelAdmin):
     list_filter = ["type", "brand", "image"]
     search_fields = ["name", "brand", "description", "command"]
     autocomplete_fields = ["image"]
+
+
+@admin.register(Bucket)
+class BucketAdmin(admin.ModelAdmin):
+    """Who owns a bucket folder and which workspaces it is granted to; a folder without a row here
+    belongs to nobody (docs/decisions.md "Workspaces own their storage")."""
+
+    list_display = ["name", "workspace", "granted", "description"]
+    list_filter = ["workspace", "granted_to"]
+    search_fields = ["name", "description", "workspace__name"]
+    filter_horizontal = ["granted_to"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("workspace").prefetch_related("granted_to")
+
+    @admin.display(description="granted to")
+    def granted(self, bucket: Bucket) -> str:
+        return ", ".join(w.name for w in bucket.granted_to.all()) or "-"
 
 
 @admin.register(FileSystem)

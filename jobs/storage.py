@@ -8,6 +8,8 @@ An S3-compatible backend can take the same functions later; callers only use wha
 What the console needs from it:
 - `measure(url)`: total size, file count and depth of a folder (the code dir limits of SPEC §3),
 - `bucket_exists(url)`: output paths (backup, artifacts, logs) must be in an existing bucket,
+- `bucket_allowed` / `buckets_of` / `tenancy_error`: whose a bucket is (a Bucket row: owner and
+  grants); the callers ask before they touch a path (they are the gate, the functions below are not),
 - `listdir` / `read_text` / `write_text` and `can_edit` / `can_view`: the code dir browser,
 - `open_folder` / `confined_path`: what the console does for a job (copies, backups, log
   exports, bind mount sources) walks the path from the bucket folder without following any
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from django.conf import settings
+from django.db import models
 
 from . import validators as v
 from .runtime import hostpaths
@@ -131,6 +134,54 @@ def confined_path(url: str) -> Path:
 
 def bucket_of(url: str) -> str:
     return _split(url)[0]
+
+
+# -- who may use a bucket (docs/decisions.md "Workspaces own their storage") ---------------------------------------
+# The folders are the data; the Bucket rows (jobs/models/storage.py) say whose they are. Every
+# user-facing path (browser, picker, job validation, the runtime) asks here, before touching disk,
+# so that a refusal says nothing about what another workspace's bucket holds.
+def bucket_allowed(url: str, workspace) -> bool:
+    """Whether the bucket of `url` is owned by or granted to `workspace` (a Workspace, its id or None).
+    A bucket folder without a Bucket row belongs to nobody: False."""
+    from .models import Bucket  # the models import this module
+
+    workspace_id = getattr(workspace, "pk", workspace)
+    try:
+        name = bucket_of(url)
+    except StorageError:
+        return False
+    if workspace_id is None:
+        return False
+    owned = Bucket.objects.filter(name=name).filter(
+        models.Q(workspace_id=workspace_id) | models.Q(granted_to__id=workspace_id)
+    )
+    return owned.exists()
+
+
+def buckets_of(user) -> set[str]:
+    """The names of the buckets owned by or granted to the workspaces of `user` (a superuser: of
+    every workspace, so every registered bucket)."""
+    from .access import workspaces_of
+    from .models import Bucket
+
+    workspaces = workspaces_of(user)
+    rows = Bucket.objects.filter(models.Q(workspace__in=workspaces) | models.Q(granted_to__in=workspaces))
+    return set(rows.values_list("name", flat=True))
+
+
+def tenancy_error(url: str, workspace, label: str) -> str:
+    """'' when `workspace` may use `url`'s bucket, else the refusal naming the field (`label`)."""
+    if bucket_allowed(url, workspace):
+        return ""
+    try:
+        name = bucket_of(url)
+    except StorageError as exc:
+        return f"{label}: {exc}"
+    from .models import Workspace
+
+    workspace_id = getattr(workspace, "pk", workspace)
+    shown = Workspace.objects.filter(pk=workspace_id).values_list("name", flat=True).first() if workspace_id else None
+    return f"{label}: bucket '{name}' is not owned by or granted to workspace '{shown or '(none)'}'."
 
 
 def bucket_exists(url: str) -> bool:

@@ -249,6 +249,13 @@ def _password_hash(password: str, hashers: tuple[str, ...]) -> str:
     return make_password(password)
 
 
+# Every bucket name the tests use with the demo workspace (tests/test_storage_tenancy.py uses others).
+DEMO_BUCKETS = (
+    "art-b", "b01", "bk-b", "bk-code-b", "bkt", "bucket", "ckpt-b", "cleanup-bucket", "code-b", "contract-b",
+    "copy-b", "data-1", "data-b", "demo", "gone-b", "good", "logs-b", "mnt-b", "nobucket", "nowhere-b", "out-b",
+)  # fmt: skip
+
+
 @pytest.fixture
 def demo(db):
     """A workspace with an owner, a member and an outsider, the local Docker host and presets.
@@ -260,7 +267,7 @@ def demo(db):
     from django.contrib.auth import get_user_model
     from rest_framework.authtoken.models import Token
 
-    from jobs.models import DockerHost, PresetImage, ResourcePool, Workspace
+    from jobs.models import Bucket, DockerHost, PresetImage, ResourcePool, Workspace
 
     def user(name: str):  # password: "<name>-password"
         password = _password_hash(f"{name}-password", tuple(settings.PASSWORD_HASHERS))
@@ -270,6 +277,9 @@ def demo(db):
     workspace = Workspace.objects.create(name="team")
     workspace.members.add(owner, member)
     Workspace.objects.create(name="elsewhere").members.add(outsider)
+    # Workspaces own their storage: the buckets the tests' jobs use are the team's (registering a
+    # name does not make its folder; the tests that need one make it).
+    Bucket.objects.bulk_create(Bucket(name=name, workspace=workspace) for name in DEMO_BUCKETS)
     # Small thresholds: the environment checks must pass on a small test disk.
     pool = ResourcePool.objects.create(name="test-pool", check_root_gb=0.5, check_cache_gb=0.5)
     host = DockerHost.objects.create(name="local", base_url=settings.DEFAULT_DOCKER_URL, pool=pool)

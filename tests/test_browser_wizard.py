@@ -279,7 +279,10 @@ def test_the_code_dir_is_picked_in_the_object_storage_browser(demo, new_page, se
     import uuid
     from pathlib import Path
 
+    from jobs.models import Bucket
+
     bucket_name = f"wizard-{uuid.uuid4().hex[:8]}"
+    Bucket.objects.create(name=bucket_name, workspace=demo.workspace)  # the owner's workspace's bucket
     bucket = Path(settings.OBJECT_STORAGE_ROOT) / bucket_name
     (bucket / "mnist" / "data").mkdir(parents=True)
     (bucket / "mnist" / "train.py").write_text("print('train')\n")

@@ -57,7 +57,15 @@ def obs(settings, tmp_path) -> Path:
 
 @pytest.fixture
 def user_client(client, django_user_model):
-    client.force_login(django_user_model.objects.create_user("reader", password="pw"))
+    """A user whose workspace owns the buckets of `obs` (and 'linked', a bucket folder linking out of the root)."""
+    from jobs.models import Bucket, Workspace
+
+    reader = django_user_model.objects.create_user("reader", password="pw")
+    workspace = Workspace.objects.create(name="readers")
+    workspace.members.add(reader)
+    for name in ("b01", "data-1", "linked"):
+        Bucket.objects.create(name=name, workspace=workspace)
+    client.force_login(reader)
     return client
 
 
@@ -386,9 +394,12 @@ def chromium_page(daphne_server):
 
 
 @pytest.fixture
-def live_bucket(settings):
-    """A bucket of this test in the storage root the daphne process uses (the session's VAR_DIR)."""
+def live_bucket(settings, demo):
+    """A bucket of this test (the demo workspace's) in the storage root the daphne process uses (VAR_DIR)."""
+    from jobs.models import Bucket
+
     name = f"browser-{uuid.uuid4().hex[:8]}"
+    Bucket.objects.create(name=name, workspace=demo.workspace)
     bucket = Path(settings.OBJECT_STORAGE_ROOT) / name
     (bucket / "code" / "data").mkdir(parents=True)
     (bucket / "code" / "gone").mkdir()

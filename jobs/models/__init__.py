@@ -10,3 +10,4 @@ from .events import *  # noqa: F403
 from .job import *  # noqa: F403
 from .rules import MASK, environment_errors, tag_errors  # noqa: F401
 from .runs import *  # noqa: F403
+from .storage import Bucket  # noqa: F401

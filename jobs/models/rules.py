@@ -14,6 +14,7 @@ from jobs import validators as v
 
 from .catalogue import Dataset, DockerHost, FileSystem, Model, ProcessorKind, ResourcePool
 from .events import NOTIFIABLE_EVENTS
+from .storage import BucketRules
 
 
 # -- list-valued fields: shape and limits, shared by the job and the template -------------------------------
@@ -76,7 +77,7 @@ class _Errors(dict):
 MASK = "******"
 
 
-class JobRules:
+class JobRules(BucketRules):
     """TrainingJob's validation, one method per wizard step."""
 
     # -- validation: the one path of the form and the API ------------------------------------------------
@@ -122,7 +123,9 @@ class JobRules:
         if not (self.command or "").strip():
             errors.add("command", "Start command is required.")
         if self.code_dir and v.parse_obs_dir(self.code_dir):
-            for message in storage.code_dir_errors(self.code_dir):
+            # Another workspace's code dir is not measured either: its size is none of this job's business.
+            refused = self._bucket_refusal(self.code_dir, "Code dir")
+            for message in [refused] if refused else storage.code_dir_errors(self.code_dir):
                 errors.add("code_dir", message)
         self._check_bucket(errors, "code_backup_dir", "Code backup dir")
         for env in self.environments if isinstance(self.environments, list) else []:
@@ -131,11 +134,6 @@ class JobRules:
                 env.setdefault("sensitive", False)
         for message in environment_errors(self.environments):
             errors.add("environments", message)
-
-    def _check_bucket(self, errors: _Errors, field: str, label: str) -> None:
-        url = getattr(self, field)
-        if url and v.parse_obs_dir(url) and not storage.bucket_exists(url):
-            errors.add(field, f"{label}: bucket '{storage.bucket_of(url)}' does not exist in object storage.")
 
     def _clean_resources(self, errors: _Errors) -> None:
         if self.node_count is None or not (v.NODE_COUNT_MIN <= self.node_count <= v.NODE_COUNT_MAX):
@@ -267,30 +265,6 @@ class JobRules:
             else:
                 mount["options"] = mount.get("options") or ""
 
-    def _clean_obs_mounts(self, errors: _Errors) -> None:
-        mounts = self.obs_mounts
-        if not isinstance(mounts, list):
-            errors.add("obs_mounts", "Object storage mounts must be a list.")
-            return
-        if len(mounts) > v.OBS_MOUNTS_MAX:
-            errors.add(
-                "obs_mounts", f"Object storage mounts: at most {v.OBS_MOUNTS_MAX} is allowed; got {len(mounts)}."
-            )
-            return
-        for mount in mounts:
-            if not isinstance(mount, dict) or set(mount) - {"obs_url", "mount_path"}:
-                errors.add("obs_mounts", 'An object storage mount must be an object with "obs_url" and "mount_path".')
-                continue
-            url = mount.get("obs_url") or ""
-            if v.parse_obs_dir(url) is None:
-                errors.add(
-                    "obs_mounts", f"Object storage mount: the storage path must be {v.OBS_DIR_RULE}; got '{url}'."
-                )
-            elif not storage.exists(url):
-                errors.add("obs_mounts", f"Object storage mount: '{url}' does not exist in object storage.")
-            if message := v.mount_path_error(mount.get("mount_path") or "", "Object storage mount: the mount path"):
-                errors.add("obs_mounts", message)
-
     def _clean_flavor(self, errors: _Errors) -> None:
         if not self.flavor_id or "flavor" in errors:
             return
@@ -328,6 +302,8 @@ class JobRules:
                 errors.add("datasets", f"Dataset {dataset.name} is not yours: choose preset data or your own data.")
             elif not dataset.online:
                 errors.add("datasets", f"Dataset {dataset.name} is offline: only online data can be used.")
+            elif message := self._bucket_refusal(dataset.path, f"Dataset {dataset.name}"):
+                errors.add("datasets", message)
 
     def _clean_storage(self, errors: _Errors) -> None:
         if self.store_artifacts:

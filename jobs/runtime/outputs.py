@@ -135,6 +135,9 @@ def _why_not_publishable(job: TrainingJob) -> str:
         return "the model to publish a new version of no longer exists."
     if job.publish_as == TrainingJob.PublishAs.NEW and not job.model_name:
         return "no model name was given."
+    # Asked again at publish time: the artifacts of a bucket taken from the workspace are not read.
+    if refused := storage.tenancy_error(job.artifact_path, job.workspace_id, "Artifact storage path"):
+        return refused
     try:
         usage = storage.measure(job.artifact_path, stop_after_files=1)
     except storage.StorageError as exc:
@@ -191,6 +194,9 @@ def _write_export(job: TrainingJob) -> int:
     if not job.log_export_path:
         raise storage.StorageError("no log path is set.")
     url = export_url(job)
+    # Asked again at export time: a grant revoked since submission keeps the logs in the console.
+    if refused := storage.tenancy_error(url, job.workspace_id, "Log path"):
+        raise storage.StorageError(refused.removeprefix("Log path: "))
     if not storage.bucket_exists(url):
         raise storage.StorageError(f"the bucket of '{url}' does not exist.")
     indexes = sorted(set(TaskRun.objects.filter(attempt__job=job).values_list("index", flat=True)))

@@ -115,8 +115,17 @@ def give_to_ma_user(path: Path) -> None:
 
 
 # -- confined host paths: every message names the path the way the user knows it -------------------------
-def _storage_source(url: str, what: str) -> Path:
-    """A bind mount source in object storage: no link below the bucket folder."""
+def _check_tenancy(job: TrainingJob, url: str, what: str) -> None:
+    """Every object storage path a job uses is in a bucket owned by or granted to its workspace,
+    asked again at use time: a grant revoked (or a bucket handed to another workspace) after
+    submission refuses the start instead of letting the job reach another workspace's data."""
+    if message := storage.tenancy_error(url, job.workspace_id, what):
+        raise StagingError(f"{message} Refused: ask an operator to grant the bucket to this workspace.")
+
+
+def _storage_source(job: TrainingJob, url: str, what: str) -> Path:
+    """A bind mount source in object storage: a bucket of the job's workspace, no link below the bucket folder."""
+    _check_tenancy(job, url, what)
     try:
         return storage.confined_path(url)
     except storage.StorageError as exc:
@@ -124,8 +133,10 @@ def _storage_source(url: str, what: str) -> Path:
 
 
 @contextmanager
-def _storage_folder(url: str, what: str, *, create: bool = False, owner=None) -> Iterator[int]:
-    """A descriptor of the object storage folder `url` (storage.open_folder); a StagingError names what is wrong."""
+def _storage_folder(job: TrainingJob, url: str, what: str, *, create: bool = False, owner=None) -> Iterator[int]:
+    """A descriptor of the object storage folder `url` (storage.open_folder) in a bucket of the job's
+    workspace; a StagingError names what is wrong."""
+    _check_tenancy(job, url, what)
     stack = ExitStack()
     try:
         fd = stack.enter_context(storage.open_folder(url, create=create, owner=owner))
@@ -210,7 +221,7 @@ def code_budget() -> hostpaths.CopyBudget:
 
 def _copy_code(job: TrainingJob, parent: int, name: str) -> None:
     with ExitStack() as stack:
-        source = stack.enter_context(_storage_folder(job.code_dir, "Code dir")) if job.code_dir else None
+        source = stack.enter_context(_storage_folder(job, job.code_dir, "Code dir")) if job.code_dir else None
         # Copied aside and renamed into place: a start that dies half-way leaves no partial copy in use.
         tmp = hostpaths.make_temp_dir(parent, f".{name}.", 0o755)
         try:
@@ -252,6 +263,7 @@ def backup_code(job: TrainingJob, task_run: TaskRun, local_code: Path) -> Path |
     """
     if not (job.code_backup_dir and job.code_dir):
         return None
+    _check_tenancy(job, job.code_backup_dir, "Code backup dir")
     if not storage.bucket_exists(job.code_backup_dir):
         # Never create a bucket as a side effect: that is the user's (or operator's) doing.
         raise StagingError(f"Code backup dir: the bucket of '{job.code_backup_dir}' does not exist.")
@@ -266,7 +278,7 @@ def backup_code(job: TrainingJob, task_run: TaskRun, local_code: Path) -> Path |
                 f"Code backup: {local_code_dir(job)}/{folder} of this instance is a symbolic link; "
                 "the console never follows a link a job may have planted: refused."
             ) from None
-        parent = stack.enter_context(_storage_folder(parent_url, "Code backup dir", create=True))
+        parent = stack.enter_context(_storage_folder(job, parent_url, "Code backup dir", create=True))
         tmp = hostpaths.make_temp_dir(parent, f".{folder}.")
         try:
             copy = hostpaths.open_child(parent, tmp)
@@ -284,7 +296,7 @@ def backup_code(job: TrainingJob, task_run: TaskRun, local_code: Path) -> Path |
         except BaseException:
             _remove_quietly(parent, tmp)
             raise
-    return _storage_source(parent_url, "Code backup dir") / folder
+    return _storage_source(job, parent_url, "Code backup dir") / folder
 
 
 def _refuse_shared_paths(layout: list[LayoutEntry]) -> None:
@@ -325,19 +337,19 @@ def _prepare(job: TrainingJob, attempt: Attempt, task_run: TaskRun, entry: Layou
     elif entry.kind == Kind.DATASET:
         if entry.ref is None:
             raise StagingError(f"{entry.what} no longer exists.")
-        with _storage_folder(entry.ref.path, entry.what):
+        with _storage_folder(job, entry.ref.path, entry.what):
             pass
     elif entry.kind == Kind.OBS:
-        with _storage_folder(entry.ref, entry.what) as folder:
+        with _storage_folder(job, entry.ref, entry.what) as folder:
             hostpaths.give(folder, MA_USER)
     elif entry.kind == Kind.ARTIFACTS:
         if not entry.ref:
             raise StagingError("Artifacts: no storage path is set.")
-        _storage_source(entry.ref, "Artifacts")  # a malformed path first: its own message
+        _storage_source(job, entry.ref, "Artifacts")  # a malformed path or another workspace's first
         if not storage.bucket_exists(entry.ref):
             raise StagingError(f"Artifacts: the bucket of '{entry.ref}' does not exist.")
         # The artifact folder is the job's output (and checkpoint) folder: ma-user must write there.
-        with _storage_folder(entry.ref, "Artifacts", create=True) as folder:
+        with _storage_folder(job, entry.ref, "Artifacts", create=True) as folder:
             hostpaths.give(folder, MA_USER)
     elif entry.kind == Kind.FILE_SYSTEM:
         fs, mount = entry.ref
@@ -408,9 +420,9 @@ def mounts_for(
         elif entry.kind == Kind.DATASET:
             if entry.ref is None:
                 raise StagingError(f"{entry.what} no longer exists.")
-            source = str(_storage_source(entry.ref.path, entry.what))
+            source = str(_storage_source(job, entry.ref.path, entry.what))
         elif entry.kind in (Kind.OBS, Kind.ARTIFACTS):
-            source = str(_storage_source(entry.ref or "", entry.what))
+            source = str(_storage_source(job, entry.ref or "", entry.what))
         elif entry.kind == Kind.FILE_SYSTEM:
             fs, mount = entry.ref
             if fs is None:

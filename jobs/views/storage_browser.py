@@ -5,9 +5,11 @@ With `pick=<field>` it is the folder picker of the create wizard: always the par
 loaded into a <dialog> by static/console/storage.js), never pushing a URL, files not opened,
 and a "Use this folder" button per folder.
 
-Access: any logged-in user may browse and edit every bucket (docs/decisions.md): object
-storage is the deployment's shared storage and any user may already point a job at any
-obs:// path. What keeps a request inside the storage root is `storage.local_path`.
+Access (docs/decisions.md "Workspaces own their storage"): a logged-in user browses and edits
+the buckets owned by or granted to their workspaces (`storage.buckets_of`), nothing else; any
+path in another bucket -- listing, file, save, the picker -- is refused (404) before the disk is
+read, with the same message whether or not the bucket exists. What keeps a request inside the
+storage root is `storage.local_path`.
 """
 
 from __future__ import annotations
@@ -118,10 +120,25 @@ def _version(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _buckets(pick: str) -> list[Row]:
+def _refuse_foreign(url: str, allowed: set[str]) -> None:
+    """Refused unless `url` is in one of `allowed` (the user's buckets): 404, as a bucket that does not
+    exist, so that neither the status nor the message says whether another workspace has it."""
+    try:
+        bucket = storage.bucket_of(url)
+    except storage.StorageError as exc:
+        raise Refused(str(exc)) from None
+    if bucket not in allowed:
+        raise Refused(
+            f"Bucket '{bucket}' is not one of your workspaces': ask an operator to grant it to your workspace.", 404
+        )
+
+
+def _buckets(pick: str, allowed: set[str]) -> list[Row]:
     top = storage.root()
     try:
-        names = sorted(p.name for p in top.iterdir() if re.fullmatch(v.OBS_BUCKET, p.name) and p.is_dir())
+        names = sorted(
+            p.name for p in top.iterdir() if p.name in allowed and re.fullmatch(v.OBS_BUCKET, p.name) and p.is_dir()
+        )
     except OSError:  # no storage root yet: no buckets
         return []
     rows = []
@@ -173,12 +190,13 @@ def _file(url: str, path: Path) -> dict:
     return info
 
 
-def _browse(url: str, pick: str) -> dict:
-    """The context for `url` ('' = the bucket list): a listing or a file. Raises Refused."""
+def _browse(url: str, pick: str, allowed: set[str]) -> dict:
+    """The context for `url` ('' = the bucket list) in the buckets `allowed`: a listing or a file. Raises Refused."""
     context: dict = {"pick": pick, "url": url, "notice": "", "parent_href": None}
     if not url:
-        rows = _buckets(pick)
+        rows = _buckets(pick, allowed)
         return context | {"mode": "buckets", "rows": rows, "total": len(rows), "crumbs": _crumbs("", pick)}
+    _refuse_foreign(url, allowed)
     try:
         path = storage.local_path(url)
         if pick:  # the picker chooses folders: show a file's folder, or the nearest folder that exists
@@ -187,7 +205,7 @@ def _browse(url: str, pick: str) -> dict:
                     context["notice"] = f"'{url}' does not exist (yet); showing the nearest folder above it."
                 url = _parent(url)
                 if not url:
-                    return _browse("", pick) | {"notice": context["notice"]}
+                    return _browse("", pick, allowed) | {"notice": context["notice"]}
                 path = storage.local_path(url)
         if path.is_dir():
             url = _normal(url, True)
@@ -251,11 +269,12 @@ def storage_browser(request: HttpRequest) -> HttpResponse:
     template = "storage/_browser.html" if partial else "storage/browser.html"
     if pick and not PICK_FIELD.fullmatch(pick):
         return _respond(request, template, {"error": f"Not a form field name: '{pick}'.", "crumbs": []}, 400)
+    allowed = storage.buckets_of(request.user)
     try:
-        context = _browse(url, pick)
+        context = _browse(url, pick, allowed)
     except Refused as exc:
         if pick:  # the field held something that is not a folder of ours: start from the buckets
-            return _respond(request, template, _browse("", pick) | {"notice": exc.message})
+            return _respond(request, template, _browse("", pick, allowed) | {"notice": exc.message})
         context = {"pick": pick, "url": url, "error": exc.message, "crumbs": _crumbs("", pick)}
         return _respond(request, template, context, exc.status)
     return _respond(request, template, context)
@@ -276,7 +295,9 @@ def storage_save(request: HttpRequest) -> HttpResponse:
     if post.get("newline") == "crlf":
         text = text.replace("\n", "\r\n")
     data = text.encode("utf-8")
+    allowed = storage.buckets_of(request.user)
     try:
+        _refuse_foreign(url, allowed)  # before the disk is touched: nothing is read or written
         path = storage.local_path(url)
         if not storage.can_edit(url):
             raise Refused(f"Not saved: '{url}' cannot be edited; {SUFFIX_RULE}.")
@@ -297,18 +318,26 @@ def storage_save(request: HttpRequest) -> HttpResponse:
             )
         storage.write_text(url, text)
     except Refused as exc:
-        return _save_answer(request, partial, url, text, exc.message, exc.status)
+        message = exc.message if exc.message.startswith("Not saved") else f"Not saved: {exc.message}"
+        return _save_answer(request, allowed, partial, url, text, message, exc.status)
     except storage.StorageError as exc:
-        return _save_answer(request, partial, url, text, f"Not saved: {exc}", 400)
+        return _save_answer(request, allowed, partial, url, text, f"Not saved: {exc}", 400)
     except OSError as exc:
-        return _save_answer(request, partial, url, text, f"Not saved: {exc.strerror or exc}.", 400)
+        return _save_answer(request, allowed, partial, url, text, f"Not saved: {exc.strerror or exc}.", 400)
     at = datetime.now(UTC).strftime("%H:%M:%S UTC")
     message = f"Saved {url} ({storage.human_bytes(len(data))}) at {at}."
-    return _save_answer(request, partial, url, text, message, 200, version=_version(data))
+    return _save_answer(request, allowed, partial, url, text, message, 200, version=_version(data))
 
 
 def _save_answer(
-    request: HttpRequest, partial: bool, url: str, text: str, message: str, status: int, version: str = ""
+    request: HttpRequest,
+    allowed: set[str],
+    partial: bool,
+    url: str,
+    text: str,
+    message: str,
+    status: int,
+    version: str = "",
 ) -> HttpResponse:
     ok = status == 200
     save = {"message": message, "ok": ok, "conflict": status == 409, "version": version, "reload_href": _href(url)}
@@ -316,7 +345,7 @@ def _save_answer(
         return _respond(request, "storage/_save_status.html", {"save": save, "oob": True}, status)
     # Without JavaScript: the whole page again, with the text as typed (not lost on an error).
     try:
-        context = _browse(url, "")
+        context = _browse(url, "", allowed)
     except Refused as exc:
         context = {"pick": "", "url": url, "error": exc.message, "crumbs": _crumbs("", "")}
         return _respond(request, "storage/browser.html", context | {"save": save}, status)

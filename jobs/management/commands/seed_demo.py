@@ -11,7 +11,17 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from rest_framework.authtoken.models import Token
 
-from jobs.models import Dataset, DockerHost, FileSystem, Flavor, PresetImage, PresetTemplate, ResourcePool, Workspace
+from jobs.models import (
+    Bucket,
+    Dataset,
+    DockerHost,
+    FileSystem,
+    Flavor,
+    PresetImage,
+    PresetTemplate,
+    ResourcePool,
+    Workspace,
+)
 
 DEMO_USER, DEMO_PASSWORD = "demo", "demo-password"
 PRESETS = [
@@ -46,6 +56,8 @@ class Command(BaseCommand):
         for name, ref, description in PRESETS:
             PresetImage.objects.update_or_create(name=name, defaults={"image_ref": ref, "description": description})
         self._catalogue(pool)
+        # The demo bucket is the demo workspace's: no other workspace's user or job reaches it.
+        Bucket.objects.update_or_create(name="demo", defaults={"workspace": workspace})
         token, _ = Token.objects.get_or_create(user=user)
         self.stdout.write(f"login {DEMO_USER} / {DEMO_PASSWORD}")
         self.stdout.write(f"project_id {workspace.project_id}")
