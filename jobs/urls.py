@@ -3,6 +3,7 @@ from django.urls import path
 from .views import create, detail
 from .views import list as list_views
 from .views import storage_browser as storage_views
+from .views import terminal as terminal_views
 
 urlpatterns = [
     path("", list_views.job_list, name="job-list"),
@@ -12,6 +13,7 @@ urlpatterns = [
     path("jobs/<uuid:job_id>/", detail.job_detail, name="job-detail"),
     path("jobs/<uuid:job_id>/stop/", detail.job_stop, name="job-stop"),
     path("jobs/<uuid:job_id>/logs/<int:index>/download/", detail.job_log_download, name="job-log-download"),
+    path("jobs/<uuid:job_id>/terminal/<int:index>/", terminal_views.job_terminal, name="job-terminal"),
     path("storage/", storage_views.storage_browser, name="storage-browser"),
     path("storage/save/", storage_views.storage_save, name="storage-save"),
     path("healthz", detail.healthz),
