@@ -28,6 +28,9 @@ os.environ.setdefault("CONSOLE_LOG_LEVEL", "WARNING")
 os.environ["CONSOLE_EMAIL_BACKEND"] = "django.core.mail.backends.filebased.EmailBackend"
 os.environ["CONSOLE_EMAIL_FILE_PATH"] = os.path.join(TMP, "mail")
 os.environ.setdefault("CONSOLE_NOTIFY_BACKOFF_S", "0.2")
+# The tests' webhook receivers listen on loopback: allowed, as an operator would allow an
+# internal gateway (jobs/outbound.py refuses every other non-public address).
+os.environ["CONSOLE_OUTBOUND_ALLOW"] = "127.0.0.1/32"
 os.environ["DJANGO_SETTINGS_MODULE"] = "console.settings"
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API beside the ORM
 

@@ -14,10 +14,12 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from jobs.models import EventKind, Notification, Phase, TrainingJob
-from jobs.runtime import lifecycle
+from jobs.runtime import stop
 from tests.conftest import BUSYBOX, submit_job, wait_for
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
+# A test that submits a job has the worker (transactional); the validation cases roll back.
+pytestmark = [pytest.mark.django_db]
+runs_jobs = pytest.mark.usefixtures("worker")
 
 
 # -- a real webhook receiver ---------------------------------------------------------------------
@@ -116,6 +118,7 @@ def assert_payload(body: dict, job: TrainingJob, event: str, phase: str, used: i
 
 
 # -- the webhook ---------------------------------------------------------------------------------
+@runs_jobs
 def test_webhook_receives_exactly_the_subscribed_events_in_order(demo, receivers, docker_client):
     hook = receivers()
     # Attempt 1 sleeps (and is suspected hung: an event nobody subscribed to) until it is
@@ -163,6 +166,7 @@ def test_webhook_receives_exactly_the_subscribed_events_in_order(demo, receivers
     ]
 
 
+@runs_jobs
 def test_events_not_subscribed_are_not_sent(demo, receivers):
     hook = receivers()
     subscribed = ["started", "failed"]
@@ -171,7 +175,7 @@ def test_events_not_subscribed_are_not_sent(demo, receivers):
         demo, name="notify-stopped", notify_webhook_url=hook.url, notify_events=subscribed, command="sleep 100000"
     )
     wait_for(lambda: reload(stopped).phase == Phase.RUNNING, timeout=30, message="the second job to run")
-    lifecycle.request_terminate(stopped.id)
+    stop.request_terminate(stopped.id)
     wait_for(lambda: ended(completes) and ended(stopped), timeout=40, message="both jobs to end")
     assert (completes.phase, stopped.phase) == (Phase.COMPLETED, Phase.TERMINATED)
     assert completes.events.filter(kind=EventKind.COMPLETED).exists()
@@ -184,6 +188,7 @@ def test_events_not_subscribed_are_not_sent(demo, receivers):
     assert len(hook.posts) == 2
 
 
+@runs_jobs
 def test_a_failing_receiver_gets_the_event_on_a_retry(demo, receivers):
     hook = receivers(fail_first=2)
     job = make_job(demo, name="notify-retry", notify_webhook_url=hook.url, notify_events=["completed"])
@@ -196,6 +201,7 @@ def test_a_failing_receiver_gets_the_event_on_a_retry(demo, receivers):
     assert_payload(hook.delivered()[0], job, "completed", Phase.COMPLETED, 0, 0)
 
 
+@runs_jobs
 def test_a_receiver_that_always_fails_ends_failed_after_the_retries(demo, receivers):
     # Five retries with backoff CONSOLE_NOTIFY_BACKOFF_S * 1, 2, 4, 8, 16 (tests/pytest_env.py).
     hook = receivers(failing=True)
@@ -212,6 +218,7 @@ def test_a_receiver_that_always_fails_ends_failed_after_the_retries(demo, receiv
     assert [p["status"] for p in hook.posts] == [500] * 6
 
 
+@runs_jobs
 def test_a_late_delivery_describes_the_job_as_it_was_at_the_event(demo, receivers):
     hook = receivers(failing=True)
     job = make_job(demo, name="notify-late", notify_webhook_url=hook.url, notify_events=["started"])
@@ -223,7 +230,21 @@ def test_a_late_delivery_describes_the_job_as_it_was_at_the_event(demo, receiver
     assert hook.delivered()[0]["job"]["phase"] == Phase.RUNNING
 
 
+@runs_jobs
+def test_a_webhook_to_an_internal_address_is_refused_once_and_not_retried(demo):
+    """169.254.169.254 is a cloud's metadata service: the worker does not post there (only the
+    tests' loopback is allowed, tests/pytest_env.py), and gives up at once with the reason."""
+    job = make_job(
+        demo, name="notify-metadata", notify_webhook_url="http://169.254.169.254/latest/", notify_events=["completed"]
+    )
+    wait_for(lambda: ended(job), timeout=30, message="the job to end")
+    (notification,) = settled_notifications(job)
+    assert (notification.status, notification.tries) == (Notification.Status.FAILED, 1)
+    assert "refused" in notification.last_error and "link-local" in notification.last_error
+
+
 # -- e-mail --------------------------------------------------------------------------------------
+@runs_jobs
 def test_email_notification_is_written_by_the_mail_backend(demo):
     # The worker sends with Django's file backend into CONSOLE_EMAIL_FILE_PATH (tests/pytest_env.py).
     mail_dir = Path(os.environ["CONSOLE_EMAIL_FILE_PATH"])
