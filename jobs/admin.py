@@ -144,9 +144,19 @@ class BucketAdmin(admin.ModelAdmin):
 
 @admin.register(FileSystem)
 class FileSystemAdmin(admin.ModelAdmin):
-    list_display = ["name", "kind", "source", "description"]
-    list_filter = ["kind"]
+    """A file system is mounted by jobs of the workspaces granted here, no other."""
+
+    list_display = ["name", "kind", "source", "granted", "description"]
+    list_filter = ["kind", "workspaces"]
     search_fields = ["name", "source", "description"]
+    filter_horizontal = ["workspaces"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related("workspaces")
+
+    @admin.display(description="granted to")
+    def granted(self, fs: FileSystem) -> str:
+        return ", ".join(w.name for w in fs.workspaces.all()) or "(no workspace)"
 
 
 @admin.register(Dataset)

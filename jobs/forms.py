@@ -32,6 +32,7 @@ from .models import (
     NOTIFIABLE_EVENTS,
     Dataset,
     DockerHost,
+    FileSystem,
     Flavor,
     KeyPair,
     Model,
@@ -323,6 +324,10 @@ class JobCreateForm(forms.ModelForm):
             if whose:
                 field.queryset = field.queryset.filter(owner=user) if user is not None else field.queryset.none()
             field.error_messages["invalid_choice"] = v.named_object_missing(name)
+        # The select offers the file systems of the user's workspaces; any name still converts, so
+        # that the model's grant check (for the job's workspace) says what the API says.
+        offered = FileSystem.objects.filter(workspaces__in=workspaces_of(user)).distinct().order_by("name")
+        self.fields["observe_file_system"].widget.choices = [("", "---------")] + [(fs.name, fs.name) for fs in offered]
         self._pool_picker()
         self.fields["datasets"].choices = [
             (d.id, f"{d.name} ({'preset' if d.is_preset else 'mine'})") for d in self.dataset_choices

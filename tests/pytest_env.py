@@ -18,6 +18,8 @@ os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/9")
 os.environ["CHANNELS_PREFIX"] = f"console-{_session}"
 os.environ["CELERY_QUEUE"] = f"console-{_session}"
 os.environ["CONSOLE_VAR_DIR"] = TMP
+# STATIC_ROOT (empty: the tests serve static files through the finders): WhiteNoise warns without it.
+os.makedirs(os.path.join(TMP, "static"), exist_ok=True)
 os.environ["CONSOLE_LOG_ROOT"] = os.path.join(TMP, "logs")
 os.environ["CONSOLE_CONTAINER_LABELS"] = f"console.test={_session}"
 os.environ.setdefault("CONSOLE_RECONCILE_INTERVAL_S", "1")

@@ -13,7 +13,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from jobs import validators as v
-from jobs.models import FileSystem, KeyPair, Phase, TaskRun, TrainingJob
+from jobs.models import FileSystem, KeyPair, Phase, TaskRun, TrainingJob, Workspace
 from jobs.runtime import cleanup, docker_hosts, engine, schedule, ssh
 from jobs.runtime.layout import layout_environment, runtime_layout
 from jobs.runtime.staging import job_data_dir, mounts_for, prepare_sources
@@ -29,7 +29,9 @@ SSH_DIR = v.DEFAULT_MUTUAL_TRUST_DIR  # /home/ma-user/.ssh, also where SSH remot
 def host_dir_file_system(name: str = "summaries-fs") -> tuple[FileSystem, Path]:
     root = Path(TMP) / name
     root.mkdir(parents=True, exist_ok=True)
-    return FileSystem.objects.create(name=name, kind=FileSystem.Kind.HOST_DIR, source=str(root)), root
+    fs = FileSystem.objects.create(name=name, kind=FileSystem.Kind.HOST_DIR, source=str(root))
+    fs.workspaces.add(*Workspace.objects.all())  # the test's workspaces may mount it
+    return fs, root
 
 
 def running_runs(job: TrainingJob, count: int) -> list[TaskRun]:

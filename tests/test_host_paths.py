@@ -18,7 +18,7 @@ import pytest
 from django.utils import timezone
 
 from jobs import storage
-from jobs.models import Attempt, FileSystem, Phase, ResourcePool, TaskRun, TrainingJob
+from jobs.models import Attempt, FileSystem, Phase, ResourcePool, TaskRun, TrainingJob, Workspace
 from jobs.runtime import outputs, schedule
 from jobs.runtime.hostpaths import (
     PathEscape,
@@ -276,7 +276,9 @@ def dedicated_pool(demo) -> ResourcePool:
 def host_dir(name: str) -> tuple[FileSystem, Path]:
     folder = Path(TMP) / f"fs-{name}"
     folder.mkdir(parents=True, exist_ok=True)
-    return FileSystem.objects.create(name=name, kind=FileSystem.Kind.HOST_DIR, source=str(folder)), folder
+    fs = FileSystem.objects.create(name=name, kind=FileSystem.Kind.HOST_DIR, source=str(folder))
+    fs.workspaces.add(*Workspace.objects.all())  # the test's workspaces may mount it
+    return fs, folder
 
 
 def unsaved(demo, **fields) -> TrainingJob:

@@ -326,7 +326,9 @@ def test_dedicated_job_mounts_match_the_preview_and_honour_read_only(demo, worke
     bucket("out-b")
     shared = Path(TMP) / "fs-shared"
     write(shared / "ro" / "note.txt", "operator data\n")
-    FileSystem.objects.create(name="shared", kind=FileSystem.Kind.HOST_DIR, source=str(shared))
+    FileSystem.objects.create(name="shared", kind=FileSystem.Kind.HOST_DIR, source=str(shared)).workspaces.add(
+        demo.workspace
+    )
     job = unsaved(
         demo,
         name="mounts",

@@ -113,8 +113,8 @@ def world(demo, settings, obs_root) -> World:
     Flavor.objects.create(name="npu-1", cpus=2, memory_mb=4096, gpus=1, npu=True)
     PresetImage.objects.filter(name="busybox").update(kind="cpu")
     PresetImage.objects.create(name="busybox-gpu", image_ref=BUSYBOX, kind="gpu")
-    FileSystem.objects.create(name="fs1", kind=FileSystem.Kind.NFS, source="10.0.0.1:/export")
-    FileSystem.objects.create(name="hostfs", kind=FileSystem.Kind.HOST_DIR, source="/srv/shared")
+    for name, kind, source in [("fs1", "nfs", "10.0.0.1:/export"), ("hostfs", "host_dir", "/srv/shared")]:
+        FileSystem.objects.create(name=name, kind=kind, source=source).workspaces.add(demo.workspace)
     w = World(demo)
     for name, owner, online in [
         ("preset-1", None, True),

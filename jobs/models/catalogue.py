@@ -209,7 +209,8 @@ class PresetTemplate(models.Model):
 
 class FileSystem(models.Model):
     """A shared file system an operator registers (SFS Turbo in the seeds): an NFS export or a
-    directory present on every Docker host. Jobs on dedicated pools mount it."""
+    directory present on every Docker host. Jobs on dedicated pools mount it -- jobs of the
+    workspaces an operator granted it to, no other (docs/decisions.md "Workspaces own their storage")."""
 
     class Kind(models.TextChoices):
         NFS = "nfs", "NFS export"
@@ -221,9 +222,30 @@ class FileSystem(models.Model):
         max_length=512, help_text="NFS: 'server:/export/path'; host directory: an absolute path on every host."
     )
     description = models.CharField(max_length=256, blank=True)
+    workspaces = models.ManyToManyField(
+        Workspace,
+        blank=True,
+        related_name="file_systems",
+        help_text="The workspaces whose jobs may mount it (and keep TensorBoard summaries on it); none: no job.",
+    )
 
     def __str__(self) -> str:
         return self.name
+
+    def granted_to(self, workspace) -> bool:
+        """Whether jobs of `workspace` (a Workspace, its id or None) may mount this file system."""
+        workspace_id = getattr(workspace, "pk", workspace)
+        return workspace_id is not None and self.workspaces.filter(pk=workspace_id).exists()
+
+    def refusal(self, workspace, label: str) -> str:
+        """'' when granted to `workspace`, else the message naming the field (`label`)."""
+        if self.granted_to(workspace):
+            return ""
+        workspace_id = getattr(workspace, "pk", workspace)
+        shown = (
+            Workspace.objects.filter(pk=workspace_id).values_list("name", flat=True).first() if workspace_id else None
+        )
+        return f"{label}: file system '{self.name}' is not granted to workspace '{shown or '(none)'}'."
 
     def clean(self) -> None:
         if self.kind == self.Kind.NFS and not NFS_SOURCE_RE.match(self.source or ""):

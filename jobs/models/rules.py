@@ -248,6 +248,8 @@ class JobRules(BucketRules):
             fs = systems.get(mount["file_system"]) if isinstance(mount.get("file_system"), str) else None
             if fs is None:
                 errors.add("file_system_mounts", f"{label}: no file system named '{mount.get('file_system')}'.")
+            elif self.workspace_id is not None and (message := fs.refusal(self.workspace_id, label)):
+                errors.add("file_system_mounts", message)
             path = mount.setdefault("path", "/") or "/"
             mount["path"] = path
             if not isinstance(path, str) or v.normalized_path(path) is None:
@@ -384,6 +386,10 @@ class JobRules(BucketRules):
             tool = "TensorBoard" if self.tensorboard else "MindStudio Insight"
             if not self.observe_file_system_id:
                 errors.add("observe_file_system", f"{tool} needs a file system for its summaries.")
+            elif self.workspace_id is not None and (
+                message := self.observe_file_system.refusal(self.workspace_id, f"{tool} summaries")
+            ):
+                errors.add("observe_file_system", message)
             if not self.observe_path:
                 errors.add("observe_path", f"{tool} needs a summary path (default {v.DEFAULT_SUMMARY_PATH}).")
         if self.metrics_mode == self.MetricsMode.HTTP:

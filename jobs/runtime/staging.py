@@ -158,6 +158,13 @@ def _file_system_refusal(fs: FileSystem, what: str, exc: hostpaths.PathEscape) -
     )
 
 
+def _check_file_system_grant(job: TrainingJob, fs: FileSystem, what: str) -> None:
+    """Asked again at use time, as for buckets: a grant an operator revoked after submission
+    refuses the start instead of mounting another workspace's file system."""
+    if message := fs.refusal(job.workspace_id, what):
+        raise StagingError(f"{message} Refused: ask an operator to grant it to this workspace.")
+
+
 def _file_system_source(fs: FileSystem, path: str, what: str) -> Path:
     """A bind mount source in a host-directory file system: no link below its root."""
     try:
@@ -355,6 +362,7 @@ def _prepare(job: TrainingJob, attempt: Attempt, task_run: TaskRun, entry: Layou
         fs, mount = entry.ref
         if fs is None:
             raise StagingError(f"File system '{mount.get('file_system')}' no longer exists.")
+        _check_file_system_grant(job, fs, entry.what)
         if fs.kind == FileSystem.Kind.HOST_DIR:
             _make_file_system_dir(fs, mount.get("path") or "/", entry.what)
     elif entry.kind == Kind.SUMMARY:
@@ -372,6 +380,7 @@ def _prepare_summary(job: TrainingJob, entry: LayoutEntry) -> None:
     fs = entry.ref
     if fs is None:
         raise StagingError(f"{entry.what}: the file system no longer exists.")
+    _check_file_system_grant(job, fs, entry.what)
     if fs.kind == FileSystem.Kind.HOST_DIR:
         # The summaries folder itself stays the operator's; the job's folder is the job's.
         _make_file_system_dir(fs, summary_folder(job), entry.what)

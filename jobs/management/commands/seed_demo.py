@@ -58,6 +58,7 @@ class Command(BaseCommand):
         self._catalogue(pool)
         # The demo bucket is the demo workspace's: no other workspace's user or job reaches it.
         Bucket.objects.update_or_create(name="demo", defaults={"workspace": workspace})
+        FileSystem.objects.get(name="shared").workspaces.add(workspace)
         token, _ = Token.objects.get_or_create(user=user)
         self.stdout.write(f"login {DEMO_USER} / {DEMO_PASSWORD}")
         self.stdout.write(f"project_id {workspace.project_id}")
