@@ -208,6 +208,11 @@ FOLLOWERS_PER_PROCESS = int(os.environ.get("CONSOLE_FOLLOWERS_PER_PROCESS", "100
 JOB_DATA_ROOT = Path(os.environ.get("CONSOLE_JOB_DATA_ROOT", VAR_DIR / "job-data"))
 # obs://bucket/path/ maps to <OBJECT_STORAGE_ROOT>/bucket/path (one folder per bucket).
 OBJECT_STORAGE_ROOT = Path(os.environ.get("CONSOLE_OBJECT_STORAGE_ROOT", VAR_DIR / "object-storage"))
+# Who owns what the console itself writes in object storage (editor saves of new files, log
+# exports, code backups): "uid:gid", the operator's mapping. The default is the jobs' user
+# (uid 1000), so that a user's own files are writable by their jobs as they are; the console
+# never changes the owner of existing data (docs/decisions.md "Mounted data keeps its owner").
+STORAGE_OWNER = tuple(int(n) for n in os.environ.get("CONSOLE_STORAGE_OWNER", "1000:1000").split(":", 1))
 LOG_ROOT = Path(os.environ.get("CONSOLE_LOG_ROOT", VAR_DIR / "logs"))
 # The trusted control channel (jobs/runtime/engine.py): one folder per container, bound at
 # /.console/run, written by the launcher (root in the container) and the console only. Like

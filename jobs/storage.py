@@ -98,14 +98,27 @@ def _escape(bucket: str, exc: hostpaths.PathEscape) -> StorageError:
     )
 
 
+def console_owner(existing: os.stat_result | None = None) -> tuple[int, int] | None:
+    """The owner the console gives what it writes in object storage: an existing file's own owner
+    (a save never changes it), else settings.STORAGE_OWNER. None when the console cannot chown
+    (not root): what it writes is then its own user's."""
+    if os.geteuid() != 0:
+        return None
+    if existing is not None:
+        return existing.st_uid, existing.st_gid
+    return settings.STORAGE_OWNER
+
+
 @contextmanager
 def open_folder(url: str, *, create: bool = False, owner: tuple[int, int] | None = None) -> Iterator[int]:
     """A descriptor of the folder `url`, opened from its bucket folder one part at a time
     without following links (hostpaths.open_dir): a link anywhere below the bucket is refused
     with a StorageError naming it. `create`: missing folders below the bucket are made (never
     the bucket: that is the user's or the operator's doing); the last one, when made here, is
-    given to `owner`."""
+    given to `owner` (default: the console's owner of object storage, console_owner())."""
     bucket, key = _split(url)
+    if create and owner is None:
+        owner = console_owner()
     stack = ExitStack()
     try:
         fd = stack.enter_context(hostpaths.open_dir(_bucket_dir(bucket, url), key, create=create, owner=owner))
@@ -362,10 +375,12 @@ def write_text(url: str, text: str) -> None:
                 # Keep the file's mode: saving run.sh from the editor must not drop its execute bit.
                 # The file's permissions, without setuid/setgid/sticky bits a job may have set.
                 mode = (st.st_mode & 0o777) if stat.S_ISREG(st.st_mode) else 0o666 & ~_umask()
+                owner = console_owner(st)  # a save keeps the file's owner: the job that wrote it still may
             except FileNotFoundError:
                 mode = 0o666 & ~_umask()  # a new file: what a plain open() would have made
+                owner = console_owner()
             # A unique temporary name and a rename: two saves of one file at once never mix.
-            hostpaths.write_file(folder, path.name, data, mode=mode)
+            hostpaths.write_file(folder, path.name, data, mode=mode, owner=owner)
     except hostpaths.PathEscape as exc:
         raise _escape(bucket, exc) from None
 

@@ -323,6 +323,7 @@ def test_dedicated_job_mounts_match_the_preview_and_honour_read_only(demo, worke
     write(bucket("data-b") / "digits" / "labels.txt", "0 1 2 3\n")
     dataset = Dataset.objects.create(name="digits", path="obs://data-b/digits/")
     write(bucket("mnt-b") / "shared" / "readme.txt", "from the bucket\n")
+    os.chown(bucket("mnt-b") / "shared", *settings.STORAGE_OWNER)  # as the console makes folders in storage
     bucket("out-b")
     shared = Path(TMP) / "fs-shared"
     write(shared / "ro" / "note.txt", "operator data\n")

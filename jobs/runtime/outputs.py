@@ -207,7 +207,13 @@ def _write_export(job: TrainingJob) -> int:
     # whole or not at all, into a new file renamed over the old one (never through a link).
     with storage.open_folder(url, create=True) as folder:
         for index in indexes:
-            hostpaths.write_file(folder, f"worker-{index}.log", logreading.instance_log(job, index), mode=0o644)
+            hostpaths.write_file(
+                folder,
+                f"worker-{index}.log",
+                logreading.instance_log(job, index),
+                mode=0o644,
+                owner=storage.console_owner(),
+            )
     return len(indexes)
 
 

@@ -290,8 +290,11 @@ def backup_code(job: TrainingJob, task_run: TaskRun, local_code: Path) -> Path |
         try:
             copy = hostpaths.open_child(parent, tmp)
             try:
-                hostpaths.copytree_into(source, copy, budget=code_budget())
+                owner = storage.console_owner()
+                hostpaths.copytree_into(source, copy, owner=owner, budget=code_budget())
                 os.fchmod(copy, os.fstat(source).st_mode & 0o777)
+                if owner is not None:
+                    hostpaths.give(copy, owner)
             finally:
                 os.close(copy)
             # The latest start's code replaces the previous backup (whatever is there: a link is
@@ -347,17 +350,20 @@ def _prepare(job: TrainingJob, attempt: Attempt, task_run: TaskRun, entry: Layou
         with _storage_folder(job, entry.ref.path, entry.what):
             pass
     elif entry.kind == Kind.OBS:
-        with _storage_folder(job, entry.ref, entry.what) as folder:
-            hostpaths.give(folder, MA_USER)
+        # Mounted as it is: its owner and modes say what the job (uid 1000) may write there; the
+        # console never changes the owner of data it mounts (docs/decisions.md).
+        with _storage_folder(job, entry.ref, entry.what):
+            pass
     elif entry.kind == Kind.ARTIFACTS:
         if not entry.ref:
             raise StagingError("Artifacts: no storage path is set.")
         _storage_source(job, entry.ref, "Artifacts")  # a malformed path or another workspace's first
         if not storage.bucket_exists(entry.ref):
             raise StagingError(f"Artifacts: the bucket of '{entry.ref}' does not exist.")
-        # The artifact folder is the job's output (and checkpoint) folder: ma-user must write there.
-        with _storage_folder(job, entry.ref, "Artifacts", create=True) as folder:
-            hostpaths.give(folder, MA_USER)
+        # The artifact folder is the job's output (and checkpoint) folder: one made here is given to
+        # ma-user; an existing one keeps its owner (its modes say whether the job may write there).
+        with _storage_folder(job, entry.ref, "Artifacts", create=True, owner=MA_USER):
+            pass
     elif entry.kind == Kind.FILE_SYSTEM:
         fs, mount = entry.ref
         if fs is None:
