@@ -1,6 +1,6 @@
 from django.urls import path
 
-from .views import create, detail
+from .views import account, create, detail
 from .views import list as list_views
 from .views import storage_browser as storage_views
 from .views import terminal as terminal_views
@@ -16,5 +16,6 @@ urlpatterns = [
     path("jobs/<uuid:job_id>/terminal/<int:index>/", terminal_views.job_terminal, name="job-terminal"),
     path("storage/", storage_views.storage_browser, name="storage-browser"),
     path("storage/save/", storage_views.storage_save, name="storage-save"),
+    path("account/token/", account.api_token, name="api-token"),
     path("healthz", detail.healthz),
 ]
