@@ -13,8 +13,6 @@ workspace that owns it or one an operator granted it to.
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 from types import SimpleNamespace
 from urllib.parse import urlencode
@@ -27,14 +25,12 @@ from rest_framework.test import APIClient
 from jobs import storage
 from jobs.api.serializers import FIELD_PATHS
 from jobs.models import (
-    Attempt,
     Bucket,
     Dataset,
     EventKind,
     Flavor,
     Phase,
     ResourcePool,
-    TaskRun,
     TrainingJob,
     Workspace,
 )
@@ -42,6 +38,9 @@ from jobs.runtime import outputs
 from jobs.runtime.staging import StagingError, mounts_for, prepare_sources
 from tests.conftest import BUSYBOX
 from tests.spec_io import BASE, DEDICATED, World, form_for, to_body
+
+# The host paths' snapshot() also records owners and link targets: a refusal changes none of those either.
+from tests.test_host_paths import instance_of, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -53,18 +52,6 @@ NOT_YOURS = "Bucket &#x27;bucket&#x27; is not one of your workspaces&#x27;"
 def browse(path: str = "", **params: str) -> str:
     query = ({"path": path} if path else {}) | params
     return BROWSE + ("?" + urlencode(query) if query else "")
-
-
-def snapshot(folder: Path) -> dict[str, tuple]:
-    """Every entry below `folder` with its type, mode and content: what a refusal must not change."""
-    out = {}
-    for top, dirs, files in os.walk(folder):
-        for name in dirs + files:
-            path = Path(top, name)
-            st = path.lstat()
-            content = path.read_bytes() if stat.S_ISREG(st.st_mode) else b""
-            out[str(path.relative_to(folder))] = (stat.S_IFMT(st.st_mode), st.st_mode & 0o7777, content)
-    return out
 
 
 @pytest.fixture
@@ -277,11 +264,6 @@ def granted_job(demo, **fields) -> TrainingJob:
     job.full_clean()
     job.save()
     return job
-
-
-def instance_of(job: TrainingJob, demo) -> tuple[Attempt, TaskRun]:
-    attempt = Attempt(job=job, number=1)
-    return attempt, TaskRun(attempt=attempt, index=0, host=demo.host, container_name="unused")
 
 
 def revoke(demo) -> None:

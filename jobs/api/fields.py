@@ -94,6 +94,14 @@ def _existing_model(job: TrainingJob) -> bool:
     return job.publish_as == TrainingJob.PublishAs.VERSION and bool(job.publish_model_id)
 
 
+def _prometheus(field: str, key: str, kind: str, mode: str, **limits) -> ApiField:
+    """A setting of Prometheus metrics: GET shows it only in the mode that uses it (http: path and
+    port; command: command and arguments)."""
+    return ApiField(
+        field, f"{PROMETHEUS}.{key}", kind, within=PROMETHEUS, shown=lambda job: job.metrics_mode == mode, **limits
+    )
+
+
 # In the body's order (GET shows them in it).
 API_FIELDS: tuple[ApiField, ...] = (
     ApiField("name", "metadata.name", STRING),
@@ -216,27 +224,10 @@ API_FIELDS: tuple[ApiField, ...] = (
     ApiField("observe_file_system", f"{OBSERVE}.file_system", NAME),
     ApiField("observe_path", f"{OBSERVE}.path", STRING),
     ApiField("metrics_mode", f"{PROMETHEUS}.type", STRING, within=PROMETHEUS),
-    ApiField(
-        "metrics_path", f"{PROMETHEUS}.path", STRING, within=PROMETHEUS, shown=lambda job: job.metrics_mode == "http"
-    ),
-    ApiField(
-        "metrics_port",
-        f"{PROMETHEUS}.port",
-        INTEGER,
-        within=PROMETHEUS,
-        shown=lambda job: job.metrics_mode == "http",
-        **_between(v.PORT_MIN, v.PORT_MAX),
-    ),
-    ApiField(
-        "metrics_command",
-        f"{PROMETHEUS}.command",
-        STRING,
-        within=PROMETHEUS,
-        shown=lambda job: job.metrics_mode == "command",
-    ),
-    ApiField(
-        "metrics_args", f"{PROMETHEUS}.args", STRING, within=PROMETHEUS, shown=lambda job: job.metrics_mode == "command"
-    ),
+    _prometheus("metrics_path", "path", STRING, "http"),
+    _prometheus("metrics_port", "port", INTEGER, "http", **_between(v.PORT_MIN, v.PORT_MAX)),
+    _prometheus("metrics_command", "command", STRING, "command"),
+    _prometheus("metrics_args", "args", STRING, "command"),
     ApiField(
         "hang_window_s",
         "spec.hang_detection.window_seconds",

@@ -88,7 +88,10 @@ FIELDS = fields_schema()
 ANNOTATIONS = {
     **FIELDS["metadata"]["properties"]["annotations"],
     **_string_map,
-    "description": "High availability (seed 000); absent job-retry-num or 0: fault tolerance off.",
+    "description": (
+        f"High availability (seed 000); job-retry-num is {v.MAX_RESTARTS_MIN}-{v.MAX_RESTARTS_MAX} when present "
+        '("0" is refused); absent: fault tolerance off.'
+    ),
     "example": {"fault-tolerance/job-retry-num": "3", "fault-tolerance/hang-retry": "true"},
 }
 NOTIFICATION = FIELDS["spec"]["properties"]["notification"]
