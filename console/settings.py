@@ -86,6 +86,10 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The page's language: the user's remembered choice (console.language, from the session), else
+    # the language cookie the switcher sets, else the browser's Accept-Language, else English.
+    "django.middleware.locale.LocaleMiddleware",
+    "console.language.UserLanguageMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -105,6 +109,7 @@ TEMPLATES = [
         "OPTIONS": {
             "context_processors": [
                 "django.template.context_processors.request",
+                "django.template.context_processors.i18n",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
@@ -208,6 +213,11 @@ FOLLOWERS_PER_PROCESS = int(os.environ.get("CONSOLE_FOLLOWERS_PER_PROCESS", "100
 JOB_DATA_ROOT = Path(os.environ.get("CONSOLE_JOB_DATA_ROOT", VAR_DIR / "job-data"))
 # obs://bucket/path/ maps to <OBJECT_STORAGE_ROOT>/bucket/path (one folder per bucket).
 OBJECT_STORAGE_ROOT = Path(os.environ.get("CONSOLE_OBJECT_STORAGE_ROOT", VAR_DIR / "object-storage"))
+# JupyterLab and TensorBoard of running instances are served on origins of their own:
+# <app>-<job>-<index>.<APPS_DOMAIN> (jobs/proxy/). "localhost": browsers resolve *.localhost to the
+# loopback, so it works on one machine as is; elsewhere a wildcard DNS name (and certificate) of
+# yours, e.g. apps.console.example. Never the console's own domain or a parent of it.
+APPS_DOMAIN = os.environ.get("CONSOLE_APPS_DOMAIN", "localhost")
 # Who owns what the console itself writes in object storage (editor saves of new files, log
 # exports, code backups): "uid:gid", the operator's mapping. The default is the jobs' user
 # (uid 1000), so that a user's own files are writable by their jobs as they are; the console
@@ -265,7 +275,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_SETTINGS": {"persistAuthorization": True, "displayOperationId": True},
 }
 
-LANGUAGE_CODE = "en-us"
+# English is the default (a browser that asks for nothing else gets it); Simplified Chinese for the
+# teams coming from ModelArts, whose documents use its terms (locale/zh_Hans/LC_MESSAGES/django.po).
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
@@ -302,5 +316,10 @@ DEFAULT_FROM_EMAIL = os.environ.get("CONSOLE_FROM_EMAIL", "training-console@loca
 # window after which "consecutive" restart counters reset (SPEC §4).
 HANG_WINDOW_S = int(os.environ.get("CONSOLE_HANG_WINDOW_S", "1800"))
 STABLE_WINDOW_S = int(os.environ.get("CONSOLE_STABLE_WINDOW_S", "600"))
+# Resource charts (jobs/runtime/resources.py): a point per instance every RESOURCE_SAMPLE_S (one
+# stats call to its engine), and each worker process writes the series that changed in one
+# statement every RESOURCE_FLUSH_S. Tests shorten both.
+RESOURCE_SAMPLE_S = float(os.environ.get("CONSOLE_RESOURCE_SAMPLE_S", "10"))
+RESOURCE_FLUSH_S = float(os.environ.get("CONSOLE_RESOURCE_FLUSH_S", "10"))
 # Seconds in an "hour" of auto stop and retention (SPEC §3); tests shorten it.
 HOUR_S = float(os.environ.get("CONSOLE_HOUR_S", "3600"))

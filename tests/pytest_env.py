@@ -25,6 +25,10 @@ os.environ["CONSOLE_CONTAINER_LABELS"] = f"console.test={_session}"
 os.environ.setdefault("CONSOLE_RECONCILE_INTERVAL_S", "1")
 os.environ.setdefault("CONSOLE_FOLLOWER_STALE_AFTER_S", "4")
 os.environ.setdefault("CONSOLE_LOG_LEVEL", "WARNING")
+# Resource charts: a point every 2 s and a batch write every 2 s (10 s each in production), so a
+# test sees a few real points within seconds.
+os.environ.setdefault("CONSOLE_RESOURCE_SAMPLE_S", "2")
+os.environ.setdefault("CONSOLE_RESOURCE_FLUSH_S", "2")
 # Notifications: e-mail into files of this session (the worker inherits this
 # environment), and a short retry backoff (0.2, 0.4, ... 3.2 s instead of 2 ... 32 s).
 os.environ["CONSOLE_EMAIL_BACKEND"] = "django.core.mail.backends.filebased.EmailBackend"

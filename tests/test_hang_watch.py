@@ -19,7 +19,7 @@ class Clock:
 
 def watch(monkeypatch, cpu_ns: list[int], gpu=hang.no_gpu, window=10.0):
     samples = iter(cpu_ns)
-    monkeypatch.setattr(hang, "cpu_usage_ns", lambda container: next(samples))
+    monkeypatch.setattr(hang, "container_usage", lambda container: hang.Usage(next(samples), None))
     clock = Clock()
     return hang.HangWatch(window_s=window, gpu_sampler=gpu, clock=clock), clock
 

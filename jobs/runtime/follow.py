@@ -18,7 +18,7 @@ from django.utils import timezone
 from jobs import events
 from jobs.models import Attempt, EventKind, TaskRun
 
-from . import engine, followers, reports
+from . import engine, followers, reports, resources
 from .decide import attempt_may_have_ended
 from .engine import HOST_ERRORS
 from .hang import HangWatch, Sampler, capture_stacks, no_gpu, nvidia_smi_gpu
@@ -39,6 +39,7 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
         return False
     watch = _hang_watch(task_run)
     sampler: Sampler | None = None
+    recorder: resources.ResourceRecorder | None = None
     container = None
     drained = False
 
@@ -54,7 +55,8 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
                 ref = task_run.container_id or task_run.container_name
                 container = engine.container(task_run.host, ref, timeout=None)
                 if sampler is None:
-                    sampler = Sampler(watch, container)
+                    recorder = _resource_recorder(task_run, container)
+                    sampler = Sampler(watch, container, recorder)
                     sampler.start()
                 follower.follow(task_run, container, on_tick)
                 if follower.lost_ownership:
@@ -68,6 +70,8 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
                         return False  # another follower has the next run (and this container)
                     task_run = handed_over
                     watch.reset()
+                    if recorder is not None:
+                        recorder.switch(task_run)  # the next run's chart, in this same container
                 continue  # keep reading: the next run's lines, or the container's end
             except engine.NotFound:
                 _mark_lost(task_run, "The container vanished (removed outside the console).")
@@ -94,6 +98,8 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
     finally:
         if sampler is not None:
             sampler.stop()
+        if recorder is not None:
+            recorder.close()
         follower.close_stream()
         follower.release()
     # Decide (and start the next attempt) first; clearing up can wait.
@@ -115,6 +121,15 @@ def _waiting_exit(task_run: TaskRun) -> ProcessExited | None:
     if report is None or report.code == 0:
         return None
     return ProcessExited(report.code, report.oom_killed)
+
+
+def _resource_recorder(task_run: TaskRun, container) -> resources.ResourceRecorder | None:
+    """The instance's resource chart; a chart that cannot be opened is no reason to stop following."""
+    try:
+        return resources.ResourceRecorder(task_run, container)
+    except Exception:
+        log.exception("no resource chart for %s", task_run.container_name)
+        return None
 
 
 def _hang_watch(task_run: TaskRun) -> HangWatch:

@@ -1,30 +1,30 @@
 """Hang detection (SPEC §6): CPU, log output and, where present, GPU use.
 
 A follower asks its HangWatch on every tick; the watch samples the
-container's CPU time from its cgroup (a `docker exec cat`, cheap and
-remote-safe; `docker stats` blocks a second per call) every few seconds, and
-reports a suspected hang when, for the whole window, the CPU stayed below the
-threshold, no log line arrived and no GPU was busy.
+container's CPU time from its engine (one `stats` reading, engine_stats.py:
+remote-safe, and nothing runs in the container, so the job cannot touch it)
+every few seconds, and reports a suspected hang when, for the whole window, the
+CPU stayed below the threshold, no log line arrived and no GPU was busy. The
+same samples feed the instance's resource chart (resources.py).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from faulttolerance.hang import SAMPLE_EVERY_S, HangJudge
 
-from .engine import BUSYBOX, MA_USER, exec_bounded
+from .engine import MA_USER, exec_bounded
+from .engine_stats import NO_USAGE, Usage
+from .engine_stats import usage as container_usage
 
-# cgroup v1 cpuacct (ns) or cgroup v2 cpu.stat (usage_usec), with the console's own busybox.
-CPU_USAGE_CMD = [
-    BUSYBOX,
-    "sh",
-    "-c",
-    f"{BUSYBOX} cat /sys/fs/cgroup/cpuacct/cpuacct.usage 2>/dev/null"
-    f" || {BUSYBOX} awk '/^usage_usec/ {{ print $2 * 1000 }}' /sys/fs/cgroup/cpu.stat",
-]
+log = logging.getLogger(__name__)
+
 SAMPLE_TIMEOUT_S = 5
 STACKS_TIMEOUT_S = 30
 STACKS_MAX_BYTES = 256 * 1024
@@ -54,14 +54,22 @@ def nvidia_smi_gpu(container) -> float | None:
     return max(values) if values else None
 
 
-def cpu_usage_ns(container) -> int | None:
-    result = exec_bounded(container, CPU_USAGE_CMD, user=MA_USER, timeout_s=SAMPLE_TIMEOUT_S, max_bytes=256)
-    if result.exit_code != 0:
-        return None
-    try:
-        return int(float(result.stdout.decode(errors="replace").split()[0]))
-    except (ValueError, IndexError):
-        return None
+@dataclass(frozen=True)
+class Sample:
+    """One reading of an instance: when (the console's clock, epoch seconds), what the engine
+    measured, and the busiest GPU's use (None: no GPU, or none taken)."""
+
+    at: float
+    usage: Usage
+    gpu_util: float | None
+
+
+class SampleSink(Protocol):
+    """Where the Sampler also hands samples (the instance's resource chart, resources.py)."""
+
+    def due(self) -> bool: ...
+
+    def record(self, sample: Sample) -> None: ...
 
 
 @dataclass
@@ -82,28 +90,40 @@ class HangWatch(HangJudge):
             self.sample(container)
         return self.judge(got_lines)
 
-    def sample(self, container) -> None:
-        """One CPU (and GPU) sample; errors mean "no sample" (the follower sees the container end)."""
+    def sample(self, container) -> Sample:
+        """One CPU (and GPU) sample, judged and returned; errors mean "no sample" (the
+        follower sees the container end)."""
         try:
-            usage = cpu_usage_ns(container)
+            usage = container_usage(container)
+        except Exception:
+            usage = NO_USAGE
+        try:
             gpu = self.gpu_sampler(container)
         except Exception:
-            usage = gpu = None
-        self.observe(usage, gpu)
+            gpu = None
+        self.observe(usage.cpu_ns, gpu)
+        return Sample(time.time(), usage, gpu)
 
 
 class Sampler(threading.Thread):
-    """Feeds a HangWatch with CPU/GPU samples beside the log loop."""
+    """Feeds a HangWatch with CPU/GPU samples beside the log loop, and the instance's resource
+    chart (`sink`) with one of them every few seconds."""
 
-    def __init__(self, watch: HangWatch, container):
+    def __init__(self, watch: HangWatch, container, sink: SampleSink | None = None):
         super().__init__(daemon=True, name="hang-sampler")
-        self.watch, self.container = watch, container
+        self.watch, self.container, self.sink = watch, container, sink
         self.stopped = threading.Event()
 
     def run(self) -> None:
         while not self.stopped.wait(SAMPLE_EVERY_S):
-            if self.watch.needs_sample():
-                self.watch.sample(self.container)
+            chart = self.sink is not None and self.sink.due()
+            if chart or self.watch.needs_sample():
+                sample = self.watch.sample(self.container)
+                if chart:
+                    try:
+                        self.sink.record(sample)
+                    except Exception:  # a chart's point is never worth the hang watch
+                        log.exception("recording a resource sample failed")
             else:
                 self.watch.last_cpu_ns = None  # the next sample starts a fresh interval
 

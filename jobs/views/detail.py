@@ -11,14 +11,14 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from jobs import whatif
+from jobs import resource_charts, whatif
 from jobs.access import visible_jobs
 from jobs.goodput import job_goodput
 from jobs.models import Attempt, TrainingJob
 from jobs.runtime import logreading, metrics, outputs, stop
 from jobs.views.wizard_review import job_configuration
 
-TABS = ("overview", "logs", "recovery", "attempts", "events", "metrics")
+TABS = ("overview", "logs", "recovery", "attempts", "events", "metrics", "resources")
 EVENTS_SHOWN = 500  # the Events tab shows the newest ones
 
 # The parts of the job page its websocket re-renders; each carries its own id (out-of-band swap).
@@ -349,6 +349,8 @@ def job_detail(request, job_id):
         if not job.metrics_mode:
             raise Http404("This job exposes no Prometheus metrics")
         context["scrapes"] = metrics.scrape_job(job)
+    if tab == "resources":
+        context |= resource_charts.page_context(job)
     if request.htmx and not request.htmx.boosted:
         return render(request, f"jobs/_tab_{tab}.html", context)
     return render(request, "jobs/job_detail.html", context)
