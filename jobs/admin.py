@@ -101,6 +101,14 @@ class DockerHostAdmin(admin.ModelAdmin):
     list_filter = ["enabled", "isolated", "hot_standby", "pool"]
     search_fields = ["name", "base_url"]
     actions = ["clear_isolation"]
+    fieldsets = [
+        (None, {"fields": ["name", "base_url", "pool", "address", "enabled", "hot_standby"]}),
+        (
+            "TLS (tcp:// engines only)",
+            {"fields": ["tls_ca_cert", "tls_client_cert", "tls_client_key"], "classes": ["collapse"]},
+        ),
+        ("Health", {"fields": ["isolated", "isolation_reason", "isolated_at", "last_seen_at"]}),
+    ]
 
     # Changes the host: only staff who may change hosts (a view-only operator sees no such action).
     @admin.action(description="Clear isolation (host gets new instances again)", permissions=["change"])

@@ -377,10 +377,11 @@ def submit_job(demo, **fields):
 class SecondEngine:
     """A dockerd of our own on a private socket: the host the tests kill."""
 
-    def __init__(self):
+    def __init__(self, extra_args: list[str] | None = None):
         # Short paths: the exec root holds sockets, whose paths have a length limit.
         self.dir = tempfile.mkdtemp(prefix="d2-", dir="/tmp")
         self.socket = f"unix://{self.dir}/d.sock"
+        self.extra_args = extra_args or []  # e.g. a TLS-verified TCP listener besides the socket
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
@@ -389,6 +390,7 @@ class SecondEngine:
             [
                 "dockerd", "--host", self.socket, "--data-root", f"{self.dir}/data", "--exec-root", f"{self.dir}/x",
                 "--pidfile", f"{self.dir}/d.pid", "--bridge=none", "--iptables=false", "--ip-masq=false",
+                *self.extra_args,
             ],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
@@ -414,8 +416,8 @@ class SecondEngine:
             for container in client.containers.list(all=True, sparse=True):
                 try:
                     container.remove(force=True)
-                except docker.errors.NotFound:
-                    pass
+                except docker.errors.APIError:
+                    pass  # gone, or its removal by a follower is in progress (409): the engine is killed next
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)  # dockerd and its containerd
         except ProcessLookupError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import re
 import uuid
 from typing import TYPE_CHECKING
@@ -105,11 +106,38 @@ class Flavor(models.Model):
         return ProcessorKind.GPU if self.gpus else ProcessorKind.CPU
 
 
+DOCKER_URL_RULE = (
+    "unix:///path/to/docker.sock (this machine), tcp://host:2376 with the three TLS files "
+    "(an engine run with --tlsverify), or ssh://user@host (the workers' ssh client)"
+)
+
+
 class DockerHost(models.Model):
-    """A Docker Engine that runs job containers, registered by an operator."""
+    """A Docker Engine that runs job containers, registered by an operator.
+
+    Reached the docker SDK's own ways (README "More Docker hosts"): a local socket, TCP with
+    mutual TLS, or SSH. Never plain TCP: anyone who reaches an engine's API owns its host."""
 
     name = models.CharField(max_length=64, unique=True)
-    base_url = models.CharField(max_length=255, help_text="e.g. unix:///var/run/docker.sock")
+    base_url = models.CharField(max_length=255, help_text=f"How workers reach its engine: {DOCKER_URL_RULE}.")
+    tls_ca_cert = models.CharField(
+        "TLS CA certificate",
+        max_length=512,
+        blank=True,
+        help_text="tcp:// only: path (on every worker) of the CA certificate that signed the engine's.",
+    )
+    tls_client_cert = models.CharField(
+        "TLS client certificate",
+        max_length=512,
+        blank=True,
+        help_text="tcp:// only: path (on every worker) of the console's client certificate.",
+    )
+    tls_client_key = models.CharField(
+        "TLS client key",
+        max_length=512,
+        blank=True,
+        help_text="tcp:// only: path (on every worker) of the client certificate's private key.",
+    )
     pool = models.ForeignKey(ResourcePool, null=True, blank=True, on_delete=models.SET_NULL, related_name="hosts")
     address = models.CharField(
         max_length=64, default="127.0.0.1", help_text="Where instances on other hosts reach this host."
@@ -123,6 +151,39 @@ class DockerHost(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    TLS_FIELDS = ("tls_ca_cert", "tls_client_cert", "tls_client_key")
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.base_url.startswith("tcp://")
+
+    def clean(self) -> None:
+        url = self.base_url or ""
+        errors: dict[str, str] = {}
+        scheme, _, rest = url.partition("://")
+        if scheme not in ("unix", "tcp", "ssh") or not rest:
+            errors["base_url"] = f"The engine's URL must be {DOCKER_URL_RULE}; got '{url}'."
+        elif scheme == "unix" and not rest.startswith("/"):
+            errors["base_url"] = f"A unix socket URL names an absolute path: unix:///...; got '{url}'."
+        elif scheme == "tcp":
+            for field in self.TLS_FIELDS:
+                path = getattr(self, field)
+                label = self._meta.get_field(field).verbose_name
+                if not path:
+                    errors[field] = (
+                        f"{label} is required for tcp://: the console never talks to an engine's "
+                        "API over plain TCP (anyone who reaches it owns the host)."
+                    )
+                elif not os.path.isabs(path) or not os.path.isfile(path):
+                    errors[field] = f"{label}: no file at '{path}' on this machine (an absolute path)."
+        if scheme != "tcp":
+            for field in self.TLS_FIELDS:
+                if getattr(self, field):
+                    label = self._meta.get_field(field).verbose_name
+                    errors[field] = f"{label} is for tcp:// engines only; leave it empty for {scheme}://."
+        if errors:
+            raise ValidationError(errors)
 
 
 class PresetImage(models.Model):

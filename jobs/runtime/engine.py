@@ -272,14 +272,51 @@ def client_for(host, *, timeout: int | None = 30) -> docker.DockerClient:
     clients = getattr(_local, "clients", None)
     if clients is None:
         clients = _local.clients = {}
-    key = (host.base_url, timeout)
+    # The TLS files are part of the key: files an operator changed in the admin take effect.
+    key = (
+        host.base_url,
+        timeout,
+        *(getattr(host, f, "") for f in ("tls_ca_cert", "tls_client_cert", "tls_client_key")),
+    )
     if key not in clients:
         # The API version is asked once per engine and process (a GET /version per new client
         # sat on every restart's path).
-        version = _api_versions.get(host.base_url, "auto")
-        clients[key] = client = docker.DockerClient(base_url=host.base_url, timeout=timeout, version=version)
-        _api_versions.setdefault(host.base_url, client.api.api_version)
+        version = _api_versions.get(host.base_url)
+        if version is None:
+            probe = _new_client(host, timeout or 30, docker.constants.MINIMUM_DOCKER_API_VERSION)
+            try:
+                version = probe.api.version(api_version=False)["ApiVersion"]
+            finally:
+                probe.close()
+            _api_versions[host.base_url] = version
+        clients[key] = _new_client(host, timeout, version)
     return clients[key]
+
+
+def _new_client(host, timeout: int | None, version: str) -> docker.DockerClient:
+    """A client with a known API version (so that making it asks the engine nothing)."""
+    client = docker.DockerClient(base_url=host.base_url, timeout=timeout, version=version, **_transport(host))
+    # The engine's CA is the host's own: requests would otherwise take REQUESTS_CA_BUNDLE /
+    # CURL_CA_BUNDLE from the environment over it (and refuse the engine's certificate), and
+    # HTTPS_PROXY would send the engine's API through a proxy.
+    client.api.trust_env = False
+    return client
+
+
+def _transport(host) -> dict:
+    """The SDK's own options for how the engine is reached (README "More Docker hosts"): mutual
+    TLS for tcp:// (the host's three files; verify the engine's certificate), the system ssh
+    client for ssh:// (its ~/.ssh/config and agent, as an operator's `docker -H ssh://` does)."""
+    url = host.base_url
+    if url.startswith("tcp://") and getattr(host, "tls_client_cert", ""):
+        return {
+            "tls": docker.tls.TLSConfig(
+                client_cert=(host.tls_client_cert, host.tls_client_key), ca_cert=host.tls_ca_cert, verify=True
+            )
+        }
+    if url.startswith("ssh://"):
+        return {"use_ssh_client": True}
+    return {}
 
 
 def forget_client(host) -> None:
