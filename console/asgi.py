@@ -15,11 +15,20 @@ from console.realtime import check_layer_timeouts  # noqa: E402
 # every websocket that waits ~5 s for its next message (1011); refuse to start instead.
 check_layer_timeouts()
 
+from jobs import proxy  # noqa: E402
 from jobs.routing import websocket_urlpatterns  # noqa: E402
 
-application = ProtocolTypeRouter(
+console_application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+
+
+async def application(scope, receive, send):
+    """The console, and the app origins of running instances (JupyterLab, TensorBoard: jobs/proxy/),
+    told apart by the Host header before anything of the console's handling runs."""
+    if proxy.is_app_host(scope):
+        return await proxy.application(scope, receive, send)
+    return await console_application(scope, receive, send)

@@ -133,6 +133,27 @@ oom_kills() {
     2>/dev/null || echo 0
 }
 
+# The apps the job asked for (MA_APPS, set by the console): JupyterLab, TensorBoard, started beside
+# each run as ma-user on the instance's loopback, where only the console's relay reaches them
+# (jobs/proxy/). A new run starts them again: the previous run's kill took them too.
+start_apps() {
+  for app in ${MA_APPS:-}; do
+    case "$app" in
+      jupyter) bin=jupyter name=JupyterLab
+        cmd='exec jupyter lab --ip=127.0.0.1 --port=8888 --no-browser --ServerApp.token= --ServerApp.password= --ServerApp.allow_remote_access=True --ServerApp.allow_origin="*" --ServerApp.root_dir="$HOME"' ;;
+      tensorboard) bin=tensorboard name=TensorBoard
+        cmd='exec tensorboard --logdir "${MA_SUMMARY_DIR:-$HOME}" --host 127.0.0.1 --port 6006' ;;
+      *) continue ;;
+    esac
+    # Looked up as the user's shell would, on the image's PATH (the image's program, run as ma-user).
+    if ! nsenter -F -S 1000 -G 1000 /bin/sh -c "command -v $bin" >/dev/null 2>&1; then
+      say "$name: '$bin' is not in this image (the notebook preset image has it)"
+      continue
+    fi
+    (cd "$workdir" 2>/dev/null; exec nsenter -F -S 1000 -G 1000 /bin/sh -c "$cmd >/tmp/.console-$app.log 2>&1") &
+  done
+}
+
 stopping=0
 child=0
 trap 'signalled=1; stopping=1; [ "$child" -gt 0 ] && kill -TERM "$child" 2>/dev/null' TERM INT
@@ -147,6 +168,7 @@ while :; do
     say "process restarted in the same container (run $run, attempt $MA_ATTEMPT)"
   fi
   export MA_PROCESS_RUN=$run
+  start_apps
   ooms_before=$(oom_kills)
   # As ma-user, with no supplementary groups, in the image's working dir; the image's own
   # /bin/sh (by its path: the applet would be busybox's shell).

@@ -262,3 +262,42 @@ ensure_images() {
   have="$(docker image inspect -f '{{index .Config.Labels "console.examples-sha"}}' console/python:3.11 2>/dev/null || true)"
   [[ $have == "$sha" ]] || _build_python_image "$pyspy" "$sha"
 }
+
+# console/notebook:3.11 = console/python:3.11 + JupyterLab and TensorBoard, for jobs that open them
+# through the console (jobs/proxy/). The wheels come from the package index this machine's pip
+# uses (PyPI or its mirror) and are installed on the host into a folder that the build COPYs:
+# no RUN, no network in the build. About a minute the first time; a label keeps it until the
+# packages or the python image change.
+NOTEBOOK_PACKAGES="jupyterlab==4.6.6 tensorboard==2.21.0"
+_build_notebook_image() (
+  local ctx base
+  base="$(docker image inspect -f '{{.Id}}' console/python:3.11)"
+  ctx="$(mktemp -d /var/tmp/console-notebook.XXXXXX)"
+  trap 'rm -rf "$ctx"' EXIT
+  log "installing $NOTEBOOK_PACKAGES for console/notebook:3.11 (~1 min, log $ctx/pip.log)"
+  # shellcheck disable=SC2086
+  _quiet "$ctx/pip.log" "$REPO_ROOT/.venv/bin/pip" install --disable-pip-version-check --no-compile \
+    --only-binary=:all: --target "$ctx/site" $NOTEBOOK_PACKAGES || exit
+  mv "$ctx/site/bin" "$ctx/bin" && mv "$ctx/site/share" "$ctx/share"
+  # The scripts name the host's python: the image's is /usr/bin/python3.
+  sed -i '1s|^#!.*python.*$|#!/usr/bin/python3|' "$ctx"/bin/*
+  chmod -R a+rX "$ctx/site" "$ctx/bin" "$ctx/share"
+  cat >"$ctx/Dockerfile" <<'DOCKERFILE'
+FROM console/python:3.11
+COPY site/ /usr/local/lib/python3.11/dist-packages/
+COPY bin/ /usr/local/bin/
+COPY share/ /usr/local/share/
+ENV JUPYTERLAB_DIR=/usr/local/share/jupyter/lab
+DOCKERFILE
+  DOCKER_BUILDKIT=0 _quiet "$ctx/build.log" docker build -q --label "console.notebook=$1" \
+    -t console/notebook:3.11 "$ctx" || exit
+  docker run --rm --network none --user 1000:1000 -e HOME=/tmp console/notebook:3.11 sh -c \
+    'jupyter lab --version && tensorboard --version_tb' >/dev/null 2>&1
+)
+
+ensure_notebook_image() {
+  local want have
+  want="$(echo "$NOTEBOOK_PACKAGES $(docker image inspect -f '{{.Id}}' console/python:3.11)" | sha256sum | cut -c1-16)"
+  have="$(docker image inspect -f '{{index .Config.Labels "console.notebook"}}' console/notebook:3.11 2>/dev/null || true)"
+  [[ $have == "$want" ]] || _build_notebook_image "$want"
+}

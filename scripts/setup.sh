@@ -2,6 +2,7 @@
 # Prepare this machine for the console: venv, Docker engine, local job images.
 #   scripts/setup.sh          what `runserver` needs
 #   scripts/setup.sh --test   plus PostgreSQL, Redis and Chromium for the test suite
+#   scripts/setup.sh --notebook  the notebook image alone (JupyterLab, TensorBoard; ~1 min once)
 # Idempotent and quick (a few seconds) when everything is already in place.
 # stdout stays empty; progress lines go to stderr.
 set -euo pipefail
@@ -12,12 +13,15 @@ test_deps=""
 case "${1:-}" in
   "") ;;
   --test) test_deps=1 ;;
-  *) echo "usage: $0 [--test]" >&2; exit 2 ;;
+  --notebook) ensure_venv; ensure_dockerd; ensure_images; ensure_notebook_image; exit 0 ;;
+  *) echo "usage: $0 [--test|--notebook]" >&2; exit 2 ;;
 esac
 
 ensure_venv
 ensure_dockerd
 ensure_images
+# The run command's demo offers the notebook image; the suite builds it when a test needs it.
+[[ -n $test_deps ]] || ensure_notebook_image
 if [[ -n $test_deps ]]; then
   ensure_postgres
   ensure_redis

@@ -98,9 +98,10 @@ def container_environment(
         **check_environment(fault_tolerant=job.max_restarts_effective > 0, pool=pool, flavor=job.flavor),
         # SPEC §3 "operator re-execution": configuration for the framework (an Ascend feature).
         "MA_OPERATOR_REEXECUTION": "1" if job.operator_reexecution else "0",
-        # SPEC §3 "JupyterLab": a flag for the image only. The console starts no JupyterLab and
-        # could not route to one (no network out of a job, SPEC §8).
+        # SPEC §3 "JupyterLab": the launcher starts it (and TensorBoard) on the instance's loopback;
+        # the console reaches them through an exec, never a route (jobs/proxy/).
         "MA_JUPYTER_LAB": "1" if job.jupyter_lab else "0",
+        "MA_APPS": " ".join(app for app, on in (("jupyter", job.jupyter_lab), ("tensorboard", job.tensorboard)) if on),
     }
     return {**DEFAULT_ENVIRONMENT, **job.environment_dict(), **control}
 

@@ -1,5 +1,7 @@
-"""An interactive `docker exec` with a TTY: the browser terminal's end in the container
-(jobs/terminal.py, docs/decisions.md "A terminal in the browser").
+"""Interactive `docker exec`s: the browser terminal's end in the container (a TTY;
+jobs/terminal.py, docs/decisions.md "A terminal in the browser") and the relay to an app the
+instance serves on its own loopback (JupyterLab, TensorBoard; jobs/proxy/, docs/decisions.md
+"JupyterLab and TensorBoard through the console").
 
 Part of the engine's edge (jobs/runtime/engine.py): it calls the SDK only through the objects
 engine hands out and turns its errors into the console's with `engine._edge`, so it does not
@@ -156,3 +158,92 @@ def open_terminal(container, *, rows: int = 24, cols: int = 80, workdir: str | N
         session.close()
         raise
     return session
+
+
+# -- a TCP relay to the instance's loopback ------------------------------------------------------------
+# The console's own nc (the static busybox, never the image's), as the job's user, in the job's
+# network namespace: the instance's 127.0.0.1 is reached from inside, so the console needs no
+# route to a job (single instances have network "none") and no port is published anywhere.
+RELAY_CONNECT_TIMEOUT_S = 5
+_STREAM_STDOUT, _STREAM_STDERR = 1, 2
+
+
+class Relay:
+    """One TCP connection to 127.0.0.1:<port> in the container: `write()` bytes to it, `read()`
+    what it answers (Docker's multiplexed stream, demultiplexed: the app's bytes are stdout, nc's
+    own complaints stderr), b"" once it closed. `close()` from any thread."""
+
+    def __init__(self, exec_id: str, raw):
+        self.exec_id, self._raw = exec_id, raw
+        self._sock = getattr(raw, "_sock", raw)
+        self._sock.settimeout(WRITE_TIMEOUT_S)
+        self._buffer = b""
+        self.stderr = b""  # nc's messages ("can't connect"), bounded
+        self._closed = threading.Event()
+
+    def _fill(self, size: int) -> bool:
+        while len(self._buffer) < size:
+            try:
+                chunk = self._sock.recv(READ_BYTES)
+            except TimeoutError:
+                if self._closed.is_set():
+                    return False
+                continue
+            except OSError:
+                return False
+            if not chunk:
+                return False
+            self._buffer += chunk
+        return True
+
+    def read(self) -> bytes:
+        """The app's next bytes; b"" at the end of the connection."""
+        while not self._closed.is_set():
+            if not self._fill(8):
+                return b""
+            kind, size = self._buffer[0], int.from_bytes(self._buffer[4:8], "big")
+            if not self._fill(8 + size):
+                return b""
+            payload, self._buffer = self._buffer[8 : 8 + size], self._buffer[8 + size :]
+            if kind == _STREAM_STDOUT:
+                if payload:
+                    return payload
+            elif kind == _STREAM_STDERR:
+                self.stderr = (self.stderr + payload)[-4096:]
+        return b""
+
+    def write(self, data: bytes) -> None:
+        with _edge():
+            self._sock.sendall(data)
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        for thing in (self._sock, self._raw):
+            try:
+                thing.close()
+            except OSError:
+                pass
+
+
+def open_relay(container, port: int) -> Relay:
+    """A connection to `port` on the instance's loopback through an exec of the console's nc.
+    Raises HOST_ERRORS when the engine refuses (the container ended) or cannot be asked."""
+    if not 1 <= port <= 65535:
+        raise ValueError(f"port {port}")
+    with _edge():
+        api = container.client.api
+        exec_id = api.exec_create(
+            container.id,
+            [BUSYBOX, "nc", "-w", str(RELAY_CONNECT_TIMEOUT_S), "127.0.0.1", str(port)],
+            stdin=True,
+            tty=False,
+            user=MA_USER,
+        )["Id"]
+        raw = api.exec_start(exec_id, tty=False, socket=True)
+    return Relay(exec_id, raw)

@@ -27,6 +27,8 @@ DEMO_USER, DEMO_PASSWORD = "demo", "demo-password"
 PRESETS = [
     ("busybox", "console/busybox:latest", "BusyBox shell tools; for quick jobs."),
     ("python-3.11-numpy", "console/python:3.11", "Python 3.11 with NumPy (CPU)."),
+    # Built by scripts/setup.sh for the run command (jobs/proxy/ opens them through the console).
+    ("notebook-3.11", "console/notebook:3.11", "Python 3.11 with NumPy, JupyterLab and TensorBoard."),
 ]
 
 

@@ -1,0 +1,110 @@
+"""JupyterLab and TensorBoard of a running instance, opened from the job page in a real Chromium
+through the console (jobs/proxy/): the notebook image (console/notebook:3.11, built by
+`scripts/setup.sh --notebook` the first time, about a minute), a kernel that runs a cell over the
+relayed websocket, TensorBoard beside it. Screenshots in test-artifacts/notebook-*.png."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect
+
+from jobs.models import FileSystem, TaskRun
+from tests.conftest import submit_job, wait_for
+from tests.pytest_env import TMP
+from tests.test_browser import browser, log_in, new_page, shot  # noqa: F401 - fixtures
+from tests.test_runtime_fields import dedicated_pool
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = "console/notebook:3.11"
+
+
+@pytest.fixture(scope="module")
+def notebook_image():
+    subprocess.run(["bash", str(ROOT / "scripts/setup.sh"), "--notebook"], check=True, timeout=900)
+    return NOTEBOOK
+
+
+def open_when_ready(page, url: str, ready_selector: str, timeout_s: float = 90) -> None:
+    """The app starts with the instance: reload until it answers (the proxy says it is starting)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        response = page.goto(url)
+        if response is not None and response.status == 200 and page.locator(ready_selector).count():
+            return
+        try:
+            page.locator(ready_selector).first.wait_for(timeout=5000)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(1)
+
+
+def test_jupyterlab_and_tensorboard_open_through_the_console(demo, new_page, notebook_image):  # noqa: F811
+    pool = dedicated_pool(demo)
+    root = Path(TMP) / "fs-summaries"
+    root.mkdir(parents=True, exist_ok=True)
+    fs = FileSystem.objects.create(name="summaries", kind=FileSystem.Kind.HOST_DIR, source=str(root))
+    fs.workspaces.add(demo.workspace)
+    job = submit_job(
+        demo,
+        name="notebook",
+        image=notebook_image,
+        command="sleep 900",
+        pool_type="dedicated",
+        pool=pool,
+        spec_type="custom",
+        custom_cpus=1,
+        custom_memory_gb=2,
+        jupyter_lab=True,
+        tensorboard=True,
+        observe_file_system=fs,
+    )
+    wait_for(
+        lambda: TaskRun.objects.filter(attempt__job=job, index=0, state=TaskRun.State.RUNNING).exists(),
+        timeout=90,
+        message="the instance running",
+    )
+    page = new_page()
+    log_in(page, "owner", "owner-password")
+    page.goto(f"/jobs/{job.id}/?tab=attempts")
+    lab_button = page.locator("#attempt-table").get_by_role("link", name="Open JupyterLab")
+    expect(lab_button).to_have_count(1)
+    shot(page, "notebook-01-buttons")
+
+    with page.context.expect_page() as opened:
+        lab_button.click()
+    lab = opened.value
+    lab.wait_for_load_state()
+    assert f"lab-{job.id.hex}-0.localhost" in lab.url  # an origin of its own, not the console's
+    open_when_ready(lab, lab.url.split("?")[0] if "/lab" in lab.url else lab.url, ".jp-LauncherCard")
+    shot(lab, "notebook-02-jupyterlab")
+
+    # A kernel over the relayed websocket: run a cell, read its output.
+    lab.locator('.jp-LauncherCard[data-category="Notebook"]').first.click()
+    cell = lab.locator(".jp-Notebook .jp-Cell .cm-content").first
+    expect(cell).to_be_visible(timeout=60000)
+    expect(lab.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1, timeout=60000)
+    cell.click()
+    lab.keyboard.type("import os; print(6 * 7, os.getuid())")
+    lab.keyboard.press("Shift+Enter")
+    expect(lab.locator(".jp-OutputArea-output").first).to_contain_text("42 1000", timeout=60000)
+    shot(lab, "notebook-03-kernel-ran-a-cell")
+
+    # The console's cookies are not on this origin: the job's JavaScript has none to read.
+    assert not [c for c in lab.context.cookies(lab.url) if c["name"] in ("sessionid", "csrftoken")]
+
+    page.bring_to_front()
+    with page.context.expect_page() as opened:
+        page.locator("#attempt-table").get_by_role("link", name="Open TensorBoard").click()
+    board = opened.value
+    open_when_ready(board, board.url, "tf-tensorboard, #toolbar, mat-toolbar, .no-data, body")
+    expect(board).to_have_title("TensorBoard", timeout=60000)
+    board.wait_for_timeout(2000)  # its dashboards render after the title
+    shot(board, "notebook-04-tensorboard")
