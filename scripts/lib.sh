@@ -156,15 +156,21 @@ _build_busybox_image() (
       -c 'LABEL console.image=1' - console/busybox:latest >/dev/null
 )
 
+# The Debian packages of the python image's root file system; a change rebuilds it (and so the
+# images above it). openssh-server: SSH remote development reaches the instance's own sshd
+# through the console (jobs/views/ssh.py), run as ma-user by the launcher.
+PYTHON_BASE_PACKAGES="python3,python3-numpy,openssh-server"
+_python_base_tag() { echo "$PYTHON_BASE_PACKAGES" | sha256sum | cut -c1-12; }
+
 _build_python_rootfs() (
   ensure_apt debootstrap
-  local root mirror tar="$IMAGE_CACHE/python-3.11.tar"
+  local root mirror tar="$IMAGE_CACHE/python-3.11-$(_python_base_tag).tar"
   root="$(mktemp -d /var/tmp/console-python.XXXXXX)"
   trap 'rm -rf "$root" "$tar.part"' EXIT
   mirror="$(debian_mirror)"
   log "debootstrap bookworm from $mirror (~1 min, log /var/log/console-debootstrap.log)"
   _quiet /var/log/console-debootstrap.log debootstrap --variant=minbase \
-    --include=python3,python3-numpy bookworm "$root" "$mirror"
+    --include="$PYTHON_BASE_PACKAGES" bookworm "$root" "$mirror"
   useradd --root "$root" -m -u 1000 -U -s /bin/bash ma-user
   # Drop what a job never needs, to keep the image small.
   rm -rf "$root"/var/cache/apt/* "$root"/var/lib/apt/lists/* \
@@ -215,6 +221,7 @@ _examples_sha() {  # the image's content hash: examples/ (no bytecode), py-spy, 
       LC_ALL=C sort -z | xargs -0 -r sha256sum)
     sha256sum <"$pyspy"
     echo "$_PYTHON_IMAGE_RECIPE"
+    _python_base_tag
   } | sha256sum | cut -c1-16
 }
 
@@ -224,12 +231,14 @@ _examples_sha() {  # the image's content hash: examples/ (no bytecode), py-spy, 
 _build_python_image() (
   local pyspy=$1 sha=$2 ctx old
   old="$(docker image inspect -f '{{.Id}}' console/python:3.11 2>/dev/null || true)"
-  if ! docker image inspect console/python-base:3.11 >/dev/null 2>&1; then
+  local tag
+  tag="$(_python_base_tag)"
+  if [[ "$(docker image inspect -f '{{index .Config.Labels "console.base"}}' console/python-base:3.11 2>/dev/null)" != "$tag" ]]; then
     # The cached rootfs survives a wiped /var/lib/docker; debootstrap is the slow part.
-    [[ -s $IMAGE_CACHE/python-3.11.tar ]] || _build_python_rootfs
-    log "importing console/python-base:3.11"
-    docker import -c 'CMD ["python3"]' -c 'LABEL console.image=1' \
-      "$IMAGE_CACHE/python-3.11.tar" console/python-base:3.11 >/dev/null
+    [[ -s $IMAGE_CACHE/python-3.11-$tag.tar ]] || _build_python_rootfs
+    log "importing console/python-base:3.11 ($PYTHON_BASE_PACKAGES)"
+    docker import -c 'CMD ["python3"]' -c 'LABEL console.image=1' -c "LABEL console.base=$tag" \
+      "$IMAGE_CACHE/python-3.11-$tag.tar" console/python-base:3.11 >/dev/null
   fi
   ctx="$(mktemp -d /var/tmp/console-python-ctx.XXXXXX)"
   trap 'rm -rf "$ctx"' EXIT

@@ -7,7 +7,7 @@ from django.conf import settings
 from faulttolerance.launcher import LAUNCHER, check_environment
 from jobs.models import Attempt, DockerHost, ResourcePool, TaskRun, TrainingJob
 
-from . import engine, layout, staging
+from . import engine, layout, ssh, staging
 from .layout import (  # noqa: F401 - part of this API
     CACHE_MOUNT,
     JOB_DATA_MOUNT,
@@ -101,7 +101,13 @@ def container_environment(
         # SPEC §3 "JupyterLab": the launcher starts it (and TensorBoard) on the instance's loopback;
         # the console reaches them through an exec, never a route (jobs/proxy/).
         "MA_JUPYTER_LAB": "1" if job.jupyter_lab else "0",
-        "MA_APPS": " ".join(app for app, on in (("jupyter", job.jupyter_lab), ("tensorboard", job.tensorboard)) if on),
+        "MA_APPS": " ".join(
+            app
+            for app, on in (("jupyter", job.jupyter_lab), ("tensorboard", job.tensorboard), ("sshd", job.ssh_remote))
+            if on
+        ),
+        "MA_SSH_HOST_KEY": f"{ssh.REMOTE_SSH_DIR}/{ssh.HOST_KEY}",
+        "MA_SSHD_PORT": str(ssh.SSHD_PORT),
     }
     return {**DEFAULT_ENVIRONMENT, **job.environment_dict(), **control}
 

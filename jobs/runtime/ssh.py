@@ -7,7 +7,9 @@ which jobs/runtime/layout.py binds read-only into every instance of the job:
   authorized_keys and an ssh config, so that every instance can log in to every other;
 - SSH remote development: authorized_keys holding the user's public key.
 
-Running sshd is the image's business: the console hands out keys, never a daemon.
+- SSH remote development also gets a host key of the job's own (ed25519, generated once): the
+  launcher runs the image's sshd as ma-user with it on the instance's loopback, the console's
+  relay (jobs/ssh_relay.py) reaches it, and the job page shows its fingerprint to check.
 
 ssh and sshd refuse key files that are not owned by the user or are open to others, so
 everything here is owned by ma-user (uid 1000) with the modes ssh expects (dir 0700, private
@@ -47,6 +49,9 @@ PRIVATE_KEY = "id_ed25519"
 PUBLIC_KEY = "id_ed25519.pub"
 AUTHORIZED_KEYS = "authorized_keys"
 CONFIG = "config"
+HOST_KEY = "ssh_host_ed25519_key"
+# Where the launcher's sshd listens on the instance's loopback (ma-user may not bind 22).
+SSHD_PORT = 2222
 
 
 def ssh_dir_path(job: TrainingJob) -> Path:
@@ -107,12 +112,28 @@ def prepare_mutual_trust(job: TrainingJob, container_dir: str, hostnames: Iterab
 
 def prepare_remote_access(job: TrainingJob, public_key: str | None) -> Path:
     """authorized_keys with the user's public key, rewritten at each start so that it follows
-    the key pair as it is now; None (the key pair was deleted): an empty file, no access."""
+    the key pair as it is now (None, the key pair was deleted: an empty file, no access); the
+    job's sshd host key, made once."""
     target = ssh_dir_path(job)
-    with _created_once(job, lambda folder: None) as folder:
+
+    def write_host_key(folder: int) -> None:
+        private, public = generate_key_pair(f"{job.name}-{str(job.id)[:8]}")
+        _write(folder, HOST_KEY, private, 0o600)
+        _write(folder, f"{HOST_KEY}.pub", public, 0o644)
+
+    with _created_once(job, write_host_key) as folder:
         text = (public_key or "").strip()
         _replace(folder, AUTHORIZED_KEYS, (text + "\n" if text else "").encode(), 0o600)
     return target
+
+
+def host_public_key(job: TrainingJob) -> str:
+    """The job's sshd host key line ("ssh-ed25519 AAAA... comment"), '' before its first start."""
+    try:
+        with hostpaths.open_dir(settings.JOB_DATA_ROOT, f"{SSH_STAGING}/{job.id}") as folder:
+            return hostpaths.read_file(folder, f"{HOST_KEY}.pub", max_bytes=4096).decode().strip()
+    except (OSError, hostpaths.PathEscape):
+        return ""
 
 
 # -- files owned by ma-user ------------------------------------------------------------------------------

@@ -1,0 +1,139 @@
+"""SSH remote development through the console: `/ws/jobs/<job id>/ssh/<index>/` carries the raw
+bytes of one SSH connection to the instance's own sshd (docs/decisions.md "SSH remote
+development"). The user's ssh runs `console-ssh.py` (static/console/) as its ProxyCommand; the
+SSH session itself (keys, host key check, encryption) is between the user's ssh and the
+instance's sshd: the console only relays what it cannot read.
+
+Who: a logged-in browser session or an API token (`Authorization: Token <key>`, what a script
+has); the user must see the job, which must have asked for SSH remote development, and the
+instance must run. Asked again every few seconds, as for the terminal: a user removed from the
+workspace, deactivated or whose token was rotated is cut off.
+Framing: binary frames both ways, the bytes as they are. Close codes: 4401 no credentials,
+4403 not allowed (or no longer), 4410 the instance ended, 4502 the engine could not relay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+
+from .models import TaskRun
+from .runtime import engine, engine_exec, ssh
+from .terminal import CLOSE_ENDED, CLOSE_FORBIDDEN, CLOSE_UNAVAILABLE, running_task_run
+
+log = logging.getLogger(__name__)
+
+CLOSE_NO_CREDENTIALS = 4401
+CHECK_S = 5.0
+MAX_FRAME_BYTES = 1024 * 1024
+
+
+def _token_user(headers: list[tuple[bytes, bytes]]):
+    for key, value in headers:
+        if key.lower() == b"authorization":
+            kind, _, secret = value.decode("latin-1").partition(" ")
+            if kind.lower() == "token" and secret:
+                token = Token.objects.select_related("user").filter(key=secret.strip()).first()
+                return token.user if token and token.user.is_active else None
+    return None
+
+
+def _credentials(scope) -> tuple[object | None, str | None]:
+    """(user, token key) from the session or the Authorization header; the token key is kept to
+    ask again later (a rotated token ends the connection)."""
+    user = scope.get("user")
+    if user is not None and user.is_authenticated:
+        return user, None
+    for key, value in scope.get("headers", []):
+        if key.lower() == b"authorization":
+            secret = value.decode("latin-1").partition(" ")[2].strip()
+            return _token_user(scope["headers"]), secret or None
+    return None, None
+
+
+def _allowed_run(user, job_id, index: int) -> TaskRun | None:
+    run = running_task_run(user, job_id, index)
+    return run if run is not None and run.attempt.job.ssh_remote else None
+
+
+def _still_open(user_id, token_key: str | None, job_id, index: int, run_id) -> int | None:
+    """None while the connection may stay; else the close code."""
+    user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
+    if user is None or (token_key and not Token.objects.filter(key=token_key, user_id=user_id).exists()):
+        return CLOSE_FORBIDDEN
+    if not TaskRun.objects.filter(id=run_id, state=TaskRun.State.RUNNING).exists():
+        return CLOSE_ENDED
+    return None if _allowed_run(user, job_id, index) is not None else CLOSE_FORBIDDEN
+
+
+def _open(run: TaskRun) -> engine_exec.Relay:
+    container = engine.container(run.host, run.container_id or run.container_name)
+    return engine_exec.open_relay(container, ssh.SSHD_PORT)
+
+
+class SshRelayConsumer(AsyncWebsocketConsumer):
+    relay: engine_exec.Relay | None = None
+
+    async def connect(self) -> None:
+        kwargs = self.scope["url_route"]["kwargs"]
+        self.job_id, self.index = kwargs["job_id"], kwargs["index"]
+        self.user, self.token_key = await database_sync_to_async(_credentials)(self.scope)
+        if self.user is None:
+            await self.close(code=CLOSE_NO_CREDENTIALS)
+            return
+        run = await database_sync_to_async(_allowed_run)(self.user, self.job_id, self.index)
+        if run is None:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.run_id = run.id
+        try:
+            self.relay = await sync_to_async(_open, thread_sensitive=False)(run)
+        except engine.HOST_ERRORS as exc:
+            log.info("ssh relay %s/%s: %s", self.job_id, self.index, exc)
+            await self.close(code=CLOSE_UNAVAILABLE)
+            return
+        await self.accept()
+        self.loop = asyncio.get_running_loop()
+        threading.Thread(target=self._pump, daemon=True, name="ssh-relay").start()
+        self.watch = asyncio.ensure_future(self._watch())
+
+    def _pump(self) -> None:
+        """The sshd's bytes to the socket, one chunk at a time (the connection's pace)."""
+        while data := self.relay.read():
+            future = asyncio.run_coroutine_threadsafe(self.send(bytes_data=data), self.loop)
+            try:
+                future.result(timeout=30)
+            except Exception:
+                break
+        asyncio.run_coroutine_threadsafe(self.close(code=1000), self.loop)
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(CHECK_S)
+            code = await database_sync_to_async(_still_open)(
+                self.user.pk, self.token_key, self.job_id, self.index, self.run_id
+            )
+            if code is not None:
+                await self.close(code=code)
+                return
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        if bytes_data is None or self.relay is None or len(bytes_data) > MAX_FRAME_BYTES:
+            return
+        try:
+            await sync_to_async(self.relay.write, thread_sensitive=False)(bytes_data)
+        except engine.HOST_ERRORS:
+            await self.close(code=CLOSE_ENDED)
+
+    async def disconnect(self, code) -> None:
+        if getattr(self, "watch", None) is not None:
+            self.watch.cancel()
+        if self.relay is not None:
+            await sync_to_async(self.relay.close, thread_sensitive=False)()
