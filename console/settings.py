@@ -309,6 +309,9 @@ LOGGING = {
 EMAIL_BACKEND = os.environ.get("CONSOLE_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = os.environ.get("CONSOLE_EMAIL_HOST", "127.0.0.1")
 EMAIL_PORT = int(os.environ.get("CONSOLE_EMAIL_PORT", "25"))
+# A mail server that accepts the connection and never answers must not hold a worker thread (the
+# outbox retries what failed; jobs/notify.py).
+EMAIL_TIMEOUT = int(os.environ.get("CONSOLE_EMAIL_TIMEOUT_S", "10"))
 # Where django.core.mail.backends.filebased.EmailBackend writes messages (one file each).
 EMAIL_FILE_PATH = os.environ.get("CONSOLE_EMAIL_FILE_PATH", str(VAR_DIR / "mail"))
 DEFAULT_FROM_EMAIL = os.environ.get("CONSOLE_FROM_EMAIL", "training-console@localhost")
