@@ -9,9 +9,11 @@ import json
 
 from django.conf import settings
 from django.core.mail import send_mail
+from django.utils import translation
+from django.utils.translation import gettext
 
-from . import outbound
-from .models import JobEvent
+from . import outbound, stored_text
+from .models import JobEvent, Phase
 
 
 class TransportError(Exception):
@@ -28,6 +30,9 @@ def payload(event: JobEvent) -> dict:
     data = dict(event.data)
     at_event = data.pop("job_at_event", {})
     return {
+        # The same for every delivery of this event: a receiver drops a repeat (the outbox delivers
+        # at least once: a worker that dies after the POST and before recording it sends again).
+        "event_id": event.pk,
         "event": event.kind,
         "at": event.at.isoformat(),
         "message": event.message,
@@ -54,7 +59,11 @@ class Webhook:
             response = outbound.post(
                 target,
                 json.dumps(payload(event)).encode(),
-                {"Content-Type": "application/json", "User-Agent": "training-console"},
+                {
+                    "Content-Type": "application/json",
+                    "User-Agent": "training-console",
+                    "X-Console-Event-Id": str(event.pk),
+                },
                 timeout_s=self.timeout_s,
             )
         except outbound.OutboundRefused as exc:
@@ -67,13 +76,35 @@ class Webhook:
             raise TransportError(f"HTTP {response.status}: {response.text[:200]}")
 
 
+def mail_language(job) -> str:
+    """An e-mail is in the language its job's creator chose (console/language.py), else English:
+    the worker that sends it serves no request, and the topic's addresses are the team's."""
+    from console.language import remembered_language
+
+    return remembered_language(job.created_by) or settings.LANGUAGE_CODE
+
+
+def email_text(event: JobEvent) -> tuple[str, str]:
+    """The subject and body of `event`'s e-mail, in the active language."""
+    job = event.job
+    subject = gettext("[training console] %(job)s: %(event)s") % {"job": job.name, "event": event.get_kind_display()}
+    body = gettext("%(message)s\n\nJob %(job)s (%(id)s) is %(phase)s.") % {
+        "message": stored_text.translate(event.message),
+        "job": job.name,
+        "id": job.id,
+        "phase": Phase(job.phase).label if job.phase in Phase.values else job.phase,
+    }
+    return subject, body
+
+
 class Email:
     def send(self, target: str, event: JobEvent) -> None:
-        job = event.job
+        with translation.override(mail_language(event.job)):
+            subject, body = email_text(event)
         try:
             send_mail(
-                subject=f"[training console] {job.name}: {event.get_kind_display()}",
-                message=f"{event.message}\n\nJob {job.name} ({job.id}) is {job.phase}.",
+                subject=subject,
+                message=body,
                 from_email=settings.DEFAULT_FROM_EMAIL,
                 recipient_list=[target],
             )

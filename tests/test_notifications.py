@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from jobs.models import EventKind, Notification, Phase, TrainingJob
+from jobs.models import EventKind, JobEvent, Notification, Phase, TrainingJob
 from jobs.runtime import stop
 from tests.conftest import BUSYBOX, submit_job, wait_for
 
@@ -115,6 +115,8 @@ def assert_payload(body: dict, job: TrainingJob, event: str, phase: str, used: i
     assert body["job"]["phase"] == phase, (event, body)
     assert (body["job"]["restarts_used"], body["job"]["max_restarts"]) == (used, max_restarts), (event, body)
     assert body["message"] and body["at"], body
+    # The event's id, the same on every delivery: how a receiver drops a repeat.
+    assert JobEvent.objects.get(pk=body["event_id"]).job_id == job.id and body["event"] == event
 
 
 # -- the webhook ---------------------------------------------------------------------------------
