@@ -154,3 +154,155 @@ class BareStart:
 
     def remove(self) -> None:
         self.container.remove(force=True)
+
+
+# -- processes of a container, seen from the host (goodput.py's injections) ---------------------------
+CGROUP_PROCS = (
+    "/sys/fs/cgroup/pids/docker/{id}/cgroup.procs",  # cgroup v1, cgroupfs driver (this machine)
+    "/sys/fs/cgroup/memory/docker/{id}/cgroup.procs",
+    "/sys/fs/cgroup/system.slice/docker-{id}.scope/cgroup.procs",  # cgroup v2, systemd driver
+    "/sys/fs/cgroup/docker/{id}/cgroup.procs",  # cgroup v2, cgroupfs driver
+)
+
+
+def container_host_pids(container_id: str) -> list[int]:
+    """The host PIDs of a container's processes, from its cgroup: works for any engine on this
+    machine, and still after that engine died (its containers' processes live on, orphaned)."""
+    for pattern in CGROUP_PROCS:
+        try:
+            with open(pattern.format(id=container_id)) as f:
+                return [int(pid) for pid in f.read().split()]
+        except FileNotFoundError:
+            continue
+    return []
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [part.decode(errors="replace") for part in f.read().split(b"\0") if part]
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return []
+
+
+def python_process(container_id: str, script: str) -> int | None:
+    """The host PID of the Python process running `script` in the container (not a shell that
+    names it in its command line)."""
+    for pid in container_host_pids(container_id):
+        argv = cmdline(pid)
+        if argv and os.path.basename(argv[0]).startswith("python") and any(script in a for a in argv[1:]):
+            return pid
+    return None
+
+
+# -- a second Docker engine: the host a benchmark loses ----------------------------------------------
+class SecondEngine:
+    """A dockerd of the benchmark's own on a private socket (as tests/conftest.py's SecondEngine).
+
+    lose() is a lost machine: the engine and its containerd die by SIGKILL first (nobody reports
+    an exit), then every process of its containers and its shims; cleanup() removes the rest.
+    Every process it kills was started by this engine: its containers are told apart by their
+    folders in this engine's data root, its shims by this engine's private paths."""
+
+    def __init__(self) -> None:
+        import tempfile
+
+        # Short paths: the exec root holds sockets, whose paths have a length limit.
+        self.dir = tempfile.mkdtemp(prefix="bench-d2-", dir="/tmp")
+        self.socket = f"unix://{self.dir}/d.sock"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 30) -> None:
+        log = open(os.path.join(self.dir, "dockerd.log"), "ab")
+        self.proc = subprocess.Popen(
+            [
+                "dockerd", "--host", self.socket, "--data-root", f"{self.dir}/data", "--exec-root", f"{self.dir}/x",
+                "--pidfile", f"{self.dir}/d.pid", "--bridge=none", "--iptables=false", "--ip-masq=false",
+            ],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        poll(self._answers, timeout, "the second dockerd", interval=0.2)
+
+    def _answers(self) -> bool:
+        import docker
+
+        try:
+            return docker.DockerClient(base_url=self.socket, timeout=2).ping()
+        except Exception:
+            return False
+
+    def client(self, timeout: int = 60) -> DockerClient:
+        import docker
+
+        return docker.DockerClient(base_url=self.socket, timeout=timeout)
+
+    def load_image(self, image: str) -> None:
+        """`docker save | docker load` from the local engine (no registry is reachable)."""
+        save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+        subprocess.run(["docker", "-H", self.socket, "load", "-q"], stdin=save.stdout, check=True, capture_output=True)
+        save.stdout.close()
+        if save.wait() != 0:
+            raise RuntimeError(f"docker save {image} failed")
+
+    def container_ids(self) -> list[str]:
+        folder = os.path.join(self.dir, "data", "containers")
+        return os.listdir(folder) if os.path.isdir(folder) else []
+
+    def json_log(self, container_id: str) -> str:
+        """A container's json-file log, read from the data root (also after the engine died)."""
+        return os.path.join(self.dir, "data", "containers", container_id, f"{container_id}-json.log")
+
+    def _kill(self, pids: list[int]) -> None:
+        import signal
+
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _own_processes(self) -> list[int]:
+        """Processes whose command line names this engine's private folder (containerd, shims)."""
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and any(self.dir in part for part in cmdline(int(entry))):
+                found.append(int(entry))
+        return found
+
+    def lose(self) -> float:
+        """The host is lost: returns when (time.time()) its engine was killed."""
+        import signal
+
+        lost_at = time.time()
+        os.killpg(self.proc.pid, signal.SIGKILL)  # dockerd and its containerd: no exit is reported
+        self.proc.wait()
+        for container_id in self.container_ids():
+            self._kill(container_host_pids(container_id))
+        self._kill(self._own_processes())  # the shims, now without their containers
+        return lost_at
+
+    def cleanup(self) -> None:
+        import shutil
+        import signal
+
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                for container in self.client(30).containers.list(all=True, sparse=True):
+                    try:
+                        container.remove(force=True)
+                    except Exception:  # gone meanwhile, or being removed: the engine dies next
+                        pass
+            except Exception:
+                pass
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        for container_id in self.container_ids():
+            self._kill(container_host_pids(container_id))
+        self._kill(self._own_processes())
+        # The engine's mounts (container file systems, network namespaces), deepest first: a
+        # killed engine unmounts nothing itself.
+        with open("/proc/self/mounts") as f:
+            mounts = [line.split()[1] for line in f if line.split()[1].startswith(self.dir + "/")]
+        for mount in sorted(mounts, key=len, reverse=True):
+            subprocess.run(["umount", "-l", mount], capture_output=True)
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from jobs.goodput import as_dict, cost_dict, job_goodput
 from jobs.models import (
     TrainingJob,
 )
@@ -161,6 +162,8 @@ def job_representation(job: TrainingJob) -> dict:
             # What the job left once it ended (jobs/runtime/outputs.py).
             "publish": publish_status(job),
             "logs": logs_status(job),
+            # The Fault recovery tab's figures (jobs/goodput.py): null before the first start.
+            "goodput": as_dict(job_goodput(job)),
         },
     }
 
@@ -180,7 +183,8 @@ def event_representation(event) -> dict:
     return {"id": event.id, "at": event.at.isoformat(), "kind": event.kind, "message": event.message, "data": data}
 
 
-def recovery_representation(record) -> dict:
+def recovery_representation(record, cost=None) -> dict:
+    """One record; cost: its goodput cost (jobs.goodput.recovery_costs), null figures without."""
     return {
         "id": record.id,
         "detected_at": record.detected_at.isoformat(),
@@ -203,6 +207,7 @@ def recovery_representation(record) -> dict:
         "next_attempt": record.next_attempt.number if record.next_attempt else None,
         "running_again_at": record.running_again_at.isoformat() if record.running_again_at else None,
         "downtime_s": record.downtime.total_seconds() if record.downtime else None,
+        **cost_dict(cost),
     }
 
 

@@ -96,6 +96,30 @@ ANNOTATIONS = {
 }
 NOTIFICATION = FIELDS["spec"]["properties"]["notification"]
 
+GOODPUT = {
+    "type": "object",
+    "nullable": True,
+    "description": "Goodput, as the Fault recovery tab shows it: null before the first start. Counted from the "
+    "first start to the end (or now, while the job runs); each recovery costs its downtime (the failure "
+    "detected -> running again) and the work lost since the last checkpoint, where the job reports "
+    "checkpoints (GET .../recoveries has each one's cost).",
+    "properties": {
+        "effective_training_ratio": {
+            "type": "number",
+            "nullable": True,
+            "minimum": 0,
+            "maximum": 1,
+            "description": "effective_s / elapsed_s, 4 decimal places; null while no time has passed.",
+            "example": 0.9731,
+        },
+        "elapsed_s": {"type": "number", "description": "Seconds since the first start, to the end (or now)."},
+        "effective_s": {"type": "number", "description": "elapsed_s less lost_s: time training healthy."},
+        "lost_s": {"type": "number", "description": "What the recoveries cost (at most elapsed_s)."},
+        "recoveries": {"type": "integer", "description": "Recovery records counted."},
+    },
+    "required": ["effective_training_ratio", "elapsed_s", "effective_s", "lost_s", "recoveries"],
+}
+
 JOB = {
     "type": "object",
     "properties": {
@@ -137,6 +161,7 @@ JOB = {
                         "reason": {"type": "string"},
                     },
                 },
+                "goodput": GOODPUT,
                 "logs": {
                     "type": "object",
                     "description": "Where the logs are: kept permanently (exported to the log path) or deleted "
@@ -266,7 +291,23 @@ RECOVERY = {
         "failed_attempt": {"type": "integer"},
         "next_attempt": {"type": "integer", "nullable": True},
         "running_again_at": {"type": "string", "format": "date-time", "nullable": True},
-        "downtime_s": {"type": "number", "nullable": True},
+        "downtime_s": {
+            "type": "number",
+            "nullable": True,
+            "description": "Failure detected -> running again; null until it runs again (or when it never does).",
+        },
+        "work_lost_s": {
+            "type": "number",
+            "nullable": True,
+            "description": "Training time since the last checkpoint, done again; null when the job reports no "
+            "checkpoints.",
+        },
+        "lost_s": {
+            "type": "number",
+            "nullable": True,
+            "description": "What this recovery cost the job's goodput: its downtime (to now or the job's end while "
+            "not running again) plus the work lost; null when the job never started.",
+        },
     },
 }
 
@@ -335,6 +376,13 @@ _EXAMPLE_JOB = {
         "max_restarts": 3,
         "hang_restarts_used": 0,
         "reschedules_used": 0,
+        "goodput": {
+            "effective_training_ratio": 0.9731,
+            "elapsed_s": 42.0,
+            "effective_s": 40.87,
+            "lost_s": 1.13,
+            "recoveries": 1,
+        },
     },
 }
 

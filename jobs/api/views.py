@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 
 from jobs import listing
 from jobs.access import check_quota, visible_jobs, workspaces_of
+from jobs.goodput import job_goodput, prefetch_goodput_records, recovery_costs
 from jobs.listing import JobQuery
 from jobs.models import FINAL_PHASES, TaskRun, TrainingJob, Workspace
 from jobs.runtime import logreading, metrics, schedule, stop
@@ -59,10 +60,11 @@ class TrainingJobList(APIView):
             return _error(status.HTTP_400_BAD_REQUEST, errors)
         jobs = visible_jobs(request.user).filter(workspace=workspace)
         # The count and the page's ids from the sorted list, then the page's rows with everything the
-        # representation reads (jobs.listing.fetch_page, for_api): the same queries at any size.
+        # representation reads (jobs.listing.fetch_page, for_api), and their recovery records for
+        # status.goodput (one query for the page): the same queries at any size.
         paginator = LimitOffsetPagination()
         ids = paginator.paginate_queryset(query.apply(jobs).values_list("pk", flat=True), request, view=self)
-        page = listing.fetch_page(ids, listing.for_api(jobs))
+        page = listing.fetch_page(ids, listing.for_api(jobs).prefetch_related(prefetch_goodput_records()))
         return Response(
             {
                 "count": paginator.count,
@@ -172,12 +174,18 @@ class TrainingJobRecoveries(APIView):
     @extend_schema(
         operation_id="list_training_job_recoveries",
         summary="The fault recovery records of a job",
+        description="Newest first. Each one's cost to the job's goodput (status.goodput): its downtime, the "
+        "work lost since the last checkpoint (when the job reports checkpoints) and their sum, as the Fault "
+        "recovery tab shows them.",
         responses={200: OpenApiResponse(s.listing(s.RECOVERY)), 404: s.NOT_FOUND, **s.AUTH_ERRORS},
     )
     def get(self, request, project_id: str, job_id):
         job = _job(request, project_id, job_id)
-        records = job.recoveries.select_related("failed_attempt", "next_attempt")
-        return Response({"count": records.count(), "items": [recovery_representation(r) for r in records]})
+        records = list(job.recoveries.select_related("failed_attempt", "next_attempt"))
+        costs = recovery_costs(job_goodput(job, records), records)
+        return Response(
+            {"count": len(records), "items": [recovery_representation(r, costs.get(r.id)) for r in records]}
+        )
 
 
 @extend_schema(tags=[s.TAG])
