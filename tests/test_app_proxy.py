@@ -14,6 +14,7 @@ echo in Python), so the test sees exactly what the console forwards and what it 
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
 import socket
 from urllib.parse import parse_qs, urlsplit
@@ -93,10 +94,13 @@ def test_the_console_cookies_never_reach_the_app_and_its_cookies_stay_on_its_ori
 def test_a_ticket_opens_only_the_origin_it_names():
     job = "0123456789abcdef0123456789abcdef"
     mine, other = target_of(f"lab-{job}-0.localhost"), target_of(f"lab-{job}-1.localhost")
-    value = tickets.ticket(tickets.Grant(7, "session"), mine)
-    assert tickets.from_ticket(value, mine) == tickets.Grant(7, "session")
+    value = tickets.ticket(tickets.Grant(7, "the-session-key"), mine)
+    assert tickets.from_ticket(value, mine) == tickets.Grant(7, "the-session-key")
+    # It travels in a URL (history, access logs): the session key is not readable in it.
+    assert b"the-session-key" not in base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+    assert tickets.from_ticket(value[:-2] + ("A" if value[-2] != "A" else "B") + value[-1], mine) is None
     assert tickets.from_ticket(value, other) is None
-    assert tickets.from_cookie(value, mine) is None  # a ticket is not a cookie (another salt)
+    assert tickets.from_cookie(value, mine) is None  # a ticket is not a cookie (another key)
 
 
 # -- a real job serving port 8888 -----------------------------------------------------------------------------
