@@ -139,19 +139,19 @@ oom_kills() {
 start_apps() {
   for app in ${MA_APPS:-}; do
     case "$app" in
-      jupyter) bin=jupyter name=JupyterLab
+      jupyter) bin=jupyter name=JupyterLab where="the notebook preset image has it"
         cmd='exec jupyter lab --ip=127.0.0.1 --port=8888 --no-browser --ServerApp.token= --ServerApp.password= --ServerApp.allow_remote_access=True --ServerApp.allow_origin="*" --ServerApp.root_dir="$HOME"' ;;
-      tensorboard) bin=tensorboard name=TensorBoard
+      tensorboard) bin=tensorboard name=TensorBoard where="the notebook preset image has it"
         cmd='exec tensorboard --logdir "${MA_SUMMARY_DIR:-$HOME}" --host 127.0.0.1 --port 6006' ;;
       # The image's sshd as ma-user (it can log in only ma-user), with the job's host key and the
       # user's authorized_keys, both written by the console; -f /dev/null: no config of the image's.
-      sshd) bin=/usr/sbin/sshd name="SSH remote development"
+      sshd) bin=/usr/sbin/sshd name="SSH remote development" where="the python and notebook preset images have it"
         cmd='exec /usr/sbin/sshd -D -e -f /dev/null -o ListenAddress=127.0.0.1 -o Port="$MA_SSHD_PORT" -o HostKey="$MA_SSH_HOST_KEY" -o AuthorizedKeysFile=.ssh/authorized_keys -o UsePAM=no -o PidFile=none -o PasswordAuthentication=no -o KbdInteractiveAuthentication=no -o X11Forwarding=no -o "Subsystem=sftp internal-sftp"' ;;
       *) continue ;;
     esac
     # Looked up as the user's shell would, on the image's PATH (the image's program, run as ma-user).
     if ! nsenter -F -S 1000 -G 1000 /bin/sh -c "command -v $bin" >/dev/null 2>&1; then
-      say "$name: '$bin' is not in this image (the notebook preset image has it)"
+      say "$name: '$bin' is not in this image ($where)"
       continue
     fi
     (cd "$workdir" 2>/dev/null; exec nsenter -F -S 1000 -G 1000 /bin/sh -c "$cmd >/tmp/.console-$app.log 2>&1") &

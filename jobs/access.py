@@ -11,6 +11,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import Q, QuerySet
+from django.utils.translation import gettext
 
 from .models import TrainingJob, Workspace
 
@@ -51,10 +52,10 @@ def workspaces_of(user) -> QuerySet[Workspace]:
 
 # -- quota --------------------------------------------------------------------------------------------
 def quota_message(limit: int = JOB_QUOTA) -> str:
-    return (
-        f"Job quota reached: an account may have at most {limit:,} training jobs. "
+    return gettext(
+        "Job quota reached: an account may have at most %(limit)s training jobs. "
         "Delete finished jobs to create new ones."
-    )
+    ) % {"limit": f"{limit:,}"}
 
 
 def check_quota(user, adding: int = 1) -> None:
@@ -91,5 +92,5 @@ def check_priority(user, priority) -> None:
     """ValidationError (code "priority") when `user` may not use `priority`."""
     if not may_use_priority(user, priority):
         raise ValidationError(
-            'Priority 3 (high) needs the permission "may use high priority"; choose 1 or 2.', code="priority"
+            gettext('Priority 3 (high) needs the permission "may use high priority"; choose 1 or 2.'), code="priority"
         )

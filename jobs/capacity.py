@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from django.utils.translation import gettext
+
 from jobs.models import DockerHost, ResourcePool, TaskRun, TrainingJob
 
 # Task runs that hold a host's resources: placed (not yet started) or running.
@@ -173,13 +175,14 @@ class PoolUsage:
     fragmentation_unit: str  # "GPUs" or "CPUs"
 
     def text(self) -> str:
-        parts = [f"{self.nodes_free}/{self.nodes_total} nodes free"]
+        # The wizard's pool picker, in the page's language.
+        parts = [gettext("%(free)s/%(total)s nodes free") % {"free": self.nodes_free, "total": self.nodes_total}]
         if self.fragmentation_unit == "GPUs":
-            parts.append(f"{self.free_gpus} GPUs")
+            parts.append(gettext("%(count)s GPUs") % {"count": self.free_gpus})
         parts += [
-            f"{_num(self.free_cpus)} CPUs",
+            gettext("%(count)s CPUs") % {"count": _num(self.free_cpus)},
             f"{_num(self.free_memory_gb)} GB",
-            f"fragmentation {self.fragmentation:.0%}",
+            gettext("fragmentation %(percent)s") % {"percent": f"{self.fragmentation:.0%}"},
         ]
         return " · ".join(parts)
 

@@ -14,13 +14,17 @@ import time
 from urllib.parse import parse_qs
 
 from asgiref.sync import async_to_sync
+from channels.consumer import SyncConsumer
+from channels.db import database_sync_to_async
 from channels.generic.websocket import WebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.http import QueryDict
 from django.urls import reverse
+from django.utils import translation
 
 from console import realtime
+from console.language import language_of_scope
 
 from . import logstream
 from .access import visible_jobs, workspaces_of
@@ -42,6 +46,15 @@ class _Rechecked(WebsocketConsumer):
 
     def allowed(self) -> bool:  # pragma: no cover - each socket says what it needs
         raise NotImplementedError
+
+    @database_sync_to_async
+    def dispatch(self, message) -> None:
+        """Every handler in the page's language: the fragments sent replace parts of the page.
+        An override, not activate(): the handlers of all sockets share the sync threads."""
+        if not hasattr(self, "language"):
+            self.language = language_of_scope(self.scope)
+        with translation.override(self.language):
+            SyncConsumer.dispatch.__wrapped__(self, message)
 
     def start_rechecks(self) -> None:
         self.rechecking = True

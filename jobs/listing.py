@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from django.db.models import DurationField, ExpressionWrapper, F, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce, Now
 from django.http import QueryDict
+from django.utils.translation import gettext
 
 from console import realtime
 
@@ -64,7 +65,10 @@ class JobQuery:
                 continue
             known = PHASES.get(value.lower())
             if known is None:
-                errors.setdefault("phase", []).append(f"Unknown phase {value!r}; one of {', '.join(PHASES.values())}.")
+                message = gettext("Unknown phase %(value)s; one of %(phases)s.")
+                errors.setdefault("phase", []).append(
+                    message % {"value": repr(value), "phases": ", ".join(PHASES.values())}
+                )
             elif known not in phases:
                 phases.append(known)
         query = cls(phases=phases, name=(params.get("name") or "").strip()[:64])
@@ -72,12 +76,12 @@ class JobQuery:
         if sort_by in SORT_BY:
             query.sort_by = sort_by
         else:
-            errors["sort_by"] = [f"Must be one of {', '.join(SORT_BY)}."]
+            errors["sort_by"] = [gettext("Must be one of %(values)s.") % {"values": ", ".join(SORT_BY)}]
         order = (params.get("order") or "desc").strip().lower()
         if order in ORDERS:
             query.order = order
         else:
-            errors["order"] = [f"Must be one of {', '.join(ORDERS)}."]
+            errors["order"] = [gettext("Must be one of %(values)s.") % {"values": ", ".join(ORDERS)}]
         return query, errors
 
     def apply(self, jobs: QuerySet[TrainingJob]) -> QuerySet[TrainingJob]:

@@ -29,6 +29,7 @@ from pathlib import Path, PurePosixPath
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext
 
 from . import validators as v
 from .runtime import hostpaths
@@ -52,16 +53,19 @@ def root() -> Path:
 
 def _split(url: str) -> tuple[str, str]:
     if not isinstance(url, str) or not url.startswith("obs://"):
-        raise StorageError(f"Not an object storage path: '{url}' (expected obs://bucket/path/).")
+        raise StorageError(
+            gettext("Not an object storage path: '%(url)s' (expected obs://bucket/path/).") % {"url": url}
+        )
     bucket, _, key = url.removeprefix("obs://").partition("/")
     if not bucket or not re.fullmatch(v.OBS_BUCKET, bucket):
-        raise StorageError(f"Not a bucket name: '{bucket}' in '{url}'.")
+        raise StorageError(gettext("Not a bucket name: '%(bucket)s' in '%(url)s'.") % {"bucket": bucket, "url": url})
     parts = [p for p in key.split("/") if p]
     if any(p in (".", "..") or "\x00" in p for p in parts):
         raise StorageError(f"'.' and '..' are not allowed in object storage paths: '{url}'.")
     # The file system's own limit; checked here so that it is a clear refusal, not an OSError later.
     if any(len(p.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES for p in parts):
-        raise StorageError(f"A name in '{url}' is longer than {MAX_NAME_BYTES} bytes.")
+        message = gettext("A name in '%(url)s' is longer than %(max)s bytes.")
+        raise StorageError(message % {"url": url, "max": MAX_NAME_BYTES})
     return bucket, "/".join(parts)
 
 
@@ -125,7 +129,7 @@ def open_folder(url: str, *, create: bool = False, owner: tuple[int, int] | None
     except hostpaths.PathEscape as exc:
         raise _escape(bucket, exc) from None
     except FileNotFoundError:
-        raise StorageError(f"'{url}' does not exist in object storage.") from None
+        raise StorageError(gettext("'%(url)s' does not exist in object storage.") % {"url": url}) from None
     except NotADirectoryError:
         raise StorageError(f"'{url}' is not a folder in object storage.") from None
     with stack:
@@ -189,12 +193,13 @@ def tenancy_error(url: str, workspace, label: str) -> str:
     try:
         name = bucket_of(url)
     except StorageError as exc:
-        return f"{label}: {exc}"
+        return gettext("%(label)s: %(message)s") % {"label": label, "message": exc}
     from .models import Workspace
 
     workspace_id = getattr(workspace, "pk", workspace)
     shown = Workspace.objects.filter(pk=workspace_id).values_list("name", flat=True).first() if workspace_id else None
-    return f"{label}: bucket '{name}' is not owned by or granted to workspace '{shown or '(none)'}'."
+    message = gettext("%(label)s: bucket '%(bucket)s' is not owned by or granted to workspace '%(workspace)s'.")
+    return message % {"label": label, "bucket": name, "workspace": shown or "(none)"}
 
 
 def bucket_exists(url: str) -> bool:
@@ -233,7 +238,7 @@ def measure(url: str, *, stop_after_files: int | None = None, stop_after_bytes: 
     """
     base = local_path(url)
     if not base.is_dir():
-        raise StorageError(f"'{url}' does not exist in object storage.")
+        raise StorageError(gettext("'%(url)s' does not exist in object storage.") % {"url": url})
     total = files = depth = 0
     stack: list[tuple[Path, int]] = [(base, 0)]
     while stack:
@@ -241,7 +246,7 @@ def measure(url: str, *, stop_after_files: int | None = None, stop_after_bytes: 
         try:
             entries = list(os.scandir(folder))
         except OSError as exc:
-            raise StorageError(f"Cannot read '{url}': {exc.strerror}.") from None
+            raise StorageError(gettext("Cannot read '%(url)s': %(why)s.") % {"url": url, "why": exc.strerror}) from None
         for entry in entries:
             depth = max(depth, level + 1)
             if entry.is_dir(follow_symlinks=False):
@@ -262,18 +267,22 @@ def code_dir_errors(url: str) -> list[str]:
     try:
         usage = measure(url, stop_after_files=v.CODE_DIR_MAX_FILES, stop_after_bytes=v.CODE_DIR_MAX_BYTES)
     except StorageError as exc:
-        return [f"Code dir: {exc}"]
+        return [gettext("Code dir: %(message)s") % {"message": exc}]
     errors = []
-    more = "" if usage.complete else " or more"
+    # A walk that stopped early counted a lower bound: "N or more".
+    more = "" if usage.complete else gettext(" or more")
     if usage.bytes > v.CODE_DIR_MAX_BYTES:
+        message = gettext("Code dir must hold at most %(max)s in total; '%(url)s' holds %(size)s%(more)s.")
         errors.append(
-            f"Code dir must hold at most {human_bytes(v.CODE_DIR_MAX_BYTES)} in total; "
-            f"'{url}' holds {human_bytes(usage.bytes)}{more}."
+            message
+            % {"max": human_bytes(v.CODE_DIR_MAX_BYTES), "url": url, "size": human_bytes(usage.bytes), "more": more}
         )
     if usage.files > v.CODE_DIR_MAX_FILES:
-        errors.append(f"Code dir must hold at most {v.CODE_DIR_MAX_FILES} files; '{url}' holds {usage.files}{more}.")
+        message = gettext("Code dir must hold at most %(max)s files; '%(url)s' holds %(files)s%(more)s.")
+        errors.append(message % {"max": v.CODE_DIR_MAX_FILES, "url": url, "files": usage.files, "more": more})
     if usage.depth > v.CODE_DIR_MAX_DEPTH:
-        errors.append(f"Code dir must be at most {v.CODE_DIR_MAX_DEPTH} levels deep; '{url}' is {usage.depth}{more}.")
+        message = gettext("Code dir must be at most %(max)s levels deep; '%(url)s' is %(depth)s%(more)s.")
+        errors.append(message % {"max": v.CODE_DIR_MAX_DEPTH, "url": url, "depth": usage.depth, "more": more})
     return errors
 
 
@@ -308,7 +317,7 @@ def listdir(url: str) -> list[Entry]:
     """The folders then files directly in folder `url` (ending in '/')."""
     base = local_path(url)
     if not base.is_dir():
-        raise StorageError(f"'{url}' does not exist in object storage.")
+        raise StorageError(gettext("'%(url)s' does not exist in object storage.") % {"url": url})
     prefix = url if url.endswith("/") else url + "/"
     out = []
     with os.scandir(base) as it:
@@ -328,10 +337,11 @@ def listdir(url: str) -> list[Entry]:
 
 def read_text(url: str) -> str:
     if not can_view(url):
-        raise StorageError(f"Only {', '.join(EDITABLE_SUFFIXES + VIEWABLE_SUFFIXES)} files can be viewed.")
+        suffixes = ", ".join(EDITABLE_SUFFIXES + VIEWABLE_SUFFIXES)
+        raise StorageError(gettext("Only %(suffixes)s files can be viewed.") % {"suffixes": suffixes})
     path = local_path(url)
     if not path.is_file():
-        raise StorageError(f"'{url}' does not exist in object storage.")
+        raise StorageError(gettext("'%(url)s' does not exist in object storage.") % {"url": url})
     if path.stat().st_size > MAX_TEXT_BYTES:
         raise StorageError(f"'{url}' is larger than {human_bytes(MAX_TEXT_BYTES)}: download it instead.")
     # Read through the resolved folder opened without following links: a folder swapped for a
@@ -344,7 +354,7 @@ def read_text(url: str) -> str:
     except hostpaths.PathEscape as exc:
         raise _escape(bucket, exc) from None
     except FileNotFoundError:
-        raise StorageError(f"'{url}' does not exist in object storage.") from None
+        raise StorageError(gettext("'%(url)s' does not exist in object storage.") % {"url": url}) from None
     except hostpaths.TooLarge:
         raise StorageError(f"'{url}' is larger than {human_bytes(MAX_TEXT_BYTES)}: download it instead.") from None
     return data.decode("utf-8", errors="replace")
@@ -352,13 +362,17 @@ def read_text(url: str) -> str:
 
 def write_text(url: str, text: str) -> None:
     if not can_edit(url):
-        raise StorageError(f"Only {', '.join(EDITABLE_SUFFIXES)} files can be edited.")
+        raise StorageError(
+            gettext("Only %(suffixes)s files can be edited.") % {"suffixes": ", ".join(EDITABLE_SUFFIXES)}
+        )
     data = text.encode("utf-8")
     if len(data) > MAX_TEXT_BYTES:
-        raise StorageError(f"At most {human_bytes(MAX_TEXT_BYTES)} can be saved from the editor.")
+        raise StorageError(
+            gettext("At most %(max)s can be saved from the editor.") % {"max": human_bytes(MAX_TEXT_BYTES)}
+        )
     path = local_path(url)
     if not path.parent.is_dir():
-        raise StorageError(f"The folder of '{url}' does not exist in object storage.")
+        raise StorageError(gettext("The folder of '%(url)s' does not exist in object storage.") % {"url": url})
     if path.is_dir():
         raise StorageError(f"'{url}' is a folder.")
     # local_path resolved the links (and refused those out of the bucket); the write itself goes

@@ -13,6 +13,10 @@ import re
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.utils.deconstruct import deconstructible
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from .i18n import lazy_fill
 
 # -- limits ------------------------------------------------------------------------------------------
 MAX_RESTARTS_MIN, MAX_RESTARTS_MAX = 1, 128
@@ -58,13 +62,15 @@ PLATFORM_TREES = ("/job-data", "/etc/volcano", "/.console", "/proc", "/sys", "/d
 ARTIFACT_MOUNT_FORBIDDEN = ("/", "/home", "/home/ma-user", "/home/ma-user/modelarts")
 
 # -- names -----------------------------------------------------------------------------------------------
-JOB_NAME_RULE = f"1-{JOB_NAME_MAX} characters: letters, digits, '-' and '_'"
+# The rules are shown in help texts and inside messages: lazy, in the language of the page or request.
+JOB_NAME_RULE = lazy_fill(_("1-%(max)s characters: letters, digits, '-' and '_'"), max=JOB_NAME_MAX)
 JOB_NAME_RE = rf"^[A-Za-z0-9_-]{{1,{JOB_NAME_MAX}}}$"
-job_name_validator = RegexValidator(JOB_NAME_RE, f"Name must be {JOB_NAME_RULE}.")
+job_name_validator = RegexValidator(JOB_NAME_RE, lazy_fill(_("Name must be %(rule)s."), rule=JOB_NAME_RULE))
 
 CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-DESCRIPTION_RULE = (
-    f"0-{DESCRIPTION_MAX} characters: letters, CJK characters, digits, space, '-', '_', ',', '.', '，' and '。'"
+DESCRIPTION_RULE = lazy_fill(
+    _("0-%(max)s characters: letters, CJK characters, digits, space, '-', '_', ',', '.', '，' and '。'"),
+    max=DESCRIPTION_MAX,
 )
 DESCRIPTION_RE = re.compile(rf"^[A-Za-z0-9{CJK} _\-,.，。]*$")
 
@@ -72,20 +78,28 @@ DESCRIPTION_RE = re.compile(rf"^[A-Za-z0-9{CJK} _\-,.，。]*$")
 def validate_description(value: str) -> None:
     if value and (len(value) > DESCRIPTION_MAX or not DESCRIPTION_RE.match(value)):
         bad = sorted({c for c in value if not DESCRIPTION_RE.match(c)})
-        detail = f" (not allowed: {' '.join(repr(c) for c in bad)})" if bad else f" (it has {len(value)})"
-        raise ValidationError(f"Description must be {DESCRIPTION_RULE}{detail}.", code="description")
+        if bad:
+            message = gettext("Description must be %(rule)s (not allowed: %(bad)s).")
+        else:
+            message = gettext("Description must be %(rule)s (it has %(length)s).")
+        params = {"rule": DESCRIPTION_RULE, "bad": " ".join(repr(c) for c in bad), "length": len(value)}
+        raise ValidationError(message % params, code="description")
 
 
-MODEL_NAME_RULE = (
-    f"{MODEL_NAME_MIN}-{MODEL_NAME_MAX} characters of CJK characters, letters, digits, '-' and '_', "
-    "starting with a CJK character or a letter and ending with a CJK character, a letter or a digit"
+MODEL_NAME_RULE = lazy_fill(
+    _(
+        "%(min)s-%(max)s characters of CJK characters, letters, digits, '-' and '_', "
+        "starting with a CJK character or a letter and ending with a CJK character, a letter or a digit"
+    ),
+    min=MODEL_NAME_MIN,
+    max=MODEL_NAME_MAX,
 )
 MODEL_NAME_RE = re.compile(rf"^[A-Za-z{CJK}][A-Za-z0-9_\-{CJK}]*[A-Za-z0-9{CJK}]$")
 
 
 def validate_model_name(value: str) -> None:
     if not (MODEL_NAME_MIN <= len(value) <= MODEL_NAME_MAX) or not MODEL_NAME_RE.match(value):
-        raise ValidationError(f"Model name must be {MODEL_NAME_RULE}.", code="model_name")
+        raise ValidationError(gettext("Model name must be %(rule)s.") % {"rule": MODEL_NAME_RULE}, code="model_name")
 
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -95,7 +109,7 @@ PLATFORM_ENV_NAMES = frozenset({"VC_TASK_INDEX", "RANK", "WORLD_SIZE", "MASTER_A
 PLATFORM_ENV_PREFIXES = ("MA_",)
 
 TAG_RE = re.compile(rf"^[A-Za-z0-9{CJK} _.:=+\-@/]*$")
-TAG_RULE = "letters, digits, CJK characters, space and _ . : = + - @ /"
+TAG_RULE = _("letters, digits, CJK characters, space and _ . : = + - @ /")
 
 # -- objects chosen by name ------------------------------------------------------------------------------
 # The form and the API name these objects, never by id: field -> (what, whose). With "owner" only the
@@ -110,18 +124,29 @@ NAMED_OBJECTS: dict[str, tuple[str, str | None]] = {
     "publish_model": ("model", "owner"),
     "base_model": ("model", "owner"),
 }
+# Each field's message whole (a %(value)s placeholder: the name), so that a translation can put the
+# words in its own order; lazy: the form's field keeps it for every request.
+NAMED_OBJECT_MISSING = {
+    "flavor": _("Flavor '%(value)s' does not exist."),
+    "pool": _("Resource pool '%(value)s' does not exist."),
+    "preset_image": _("Preset image '%(value)s' does not exist."),
+    "preset_template": _("Preset template '%(value)s' does not exist."),
+    "observe_file_system": _("File system '%(value)s' does not exist."),
+    "ssh_key_pair": _("You have no key pair named '%(value)s'."),
+    "publish_model": _("You have no model named '%(value)s'."),
+    "base_model": _("You have no model named '%(value)s'."),
+}
 
 
-def named_object_missing(field: str) -> str:
+def named_object_missing(field: str):
     """The message for a name that matches no object of `field` (a %(value)s placeholder: the name)."""
-    what, whose = NAMED_OBJECTS[field]
-    return f"You have no {what} named '%(value)s'." if whose else f"{what} '%(value)s' does not exist."
+    return NAMED_OBJECT_MISSING[field]
 
 
 # -- object storage paths (SPEC §8: obs://bucket/path/) ---------------------------------------------------
 OBS_BUCKET = r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
 OBS_DIR_RE = re.compile(rf"^obs://(?P<bucket>{OBS_BUCKET})/(?P<key>(?:[^/\x00-\x1f]+/)*)$")
-OBS_DIR_RULE = "an object storage folder 'obs://bucket/path/' (starting with obs:// and ending with '/')"
+OBS_DIR_RULE = _("an object storage folder 'obs://bucket/path/' (starting with obs:// and ending with '/')")
 
 
 def parse_obs_dir(value: str) -> tuple[str, str] | None:
@@ -154,7 +179,8 @@ class _LabelledValidator:
 class obs_dir_validator(_LabelledValidator):  # noqa: N801 - used like a function
     def __call__(self, value: str) -> None:
         if value and parse_obs_dir(value) is None:
-            raise ValidationError(f"{self.label} must be {OBS_DIR_RULE}; got '{value}'.", code="obs_dir")
+            params = {"label": self.label, "rule": OBS_DIR_RULE, "value": value}
+            raise ValidationError(gettext("%(label)s must be %(rule)s; got '%(value)s'.") % params, code="obs_dir")
 
 
 # -- container paths ---------------------------------------------------------------------------------------
@@ -180,33 +206,44 @@ def validate_local_code_dir(value: str) -> None:
     if value == DEFAULT_LOCAL_CODE_DIR:
         return
     path = normalized_path(value)
-    rule = (
-        f"Local code dir must be an absolute path (letters, digits, '.', '_', '-') that is not "
-        f"{LOCAL_CODE_DIR_FORBIDDEN} nor under {', '.join(t + '/' for t in LOCAL_CODE_DIR_FORBIDDEN_TREES)} "
-        f"(default {DEFAULT_LOCAL_CODE_DIR})"
-    )
+    message = gettext(
+        "Local code dir must be an absolute path (letters, digits, '.', '_', '-') that is not "
+        "%(forbidden)s nor under %(trees)s (default %(default)s); got '%(value)s'."
+    ) % {
+        "forbidden": LOCAL_CODE_DIR_FORBIDDEN,
+        "trees": ", ".join(t + "/" for t in LOCAL_CODE_DIR_FORBIDDEN_TREES),
+        "default": DEFAULT_LOCAL_CODE_DIR,
+        "value": value,
+    }
     if path is None or path == "/" or path == LOCAL_CODE_DIR_FORBIDDEN:
-        raise ValidationError(f"{rule}; got '{value}'.", code="local_code_dir")
+        raise ValidationError(message, code="local_code_dir")
     if any(_within(path, tree) for tree in LOCAL_CODE_DIR_FORBIDDEN_TREES):
-        raise ValidationError(f"{rule}; got '{value}'.", code="local_code_dir")
+        raise ValidationError(message, code="local_code_dir")
 
 
-MOUNT_PATH_RULE = (
-    "an absolute path (letters, digits, '.', '_', '-') that is not / nor /cache, "
-    "not /home/ma-user/modelarts or below it, and not a platform path "
-    f"({', '.join(PLATFORM_TREES)})"
+MOUNT_PATH_RULE = lazy_fill(
+    _(
+        "an absolute path (letters, digits, '.', '_', '-') that is not / nor /cache, "
+        "not /home/ma-user/modelarts or below it, and not a platform path (%(platform)s)"
+    ),
+    platform=", ".join(PLATFORM_TREES),
 )
 
 
-def mount_path_error(value: str, label: str = "Mount path") -> str | None:
+def mount_path_error(value: str, label=None) -> str | None:
     """Why `value` cannot be a mount path in a job's containers, or None."""
+    label = gettext("Mount path") if label is None else label
     path = normalized_path(value)
     if (
         path is None
         or path in MOUNT_FORBIDDEN
         or any(_within(path, tree) for tree in MOUNT_FORBIDDEN_TREES + PLATFORM_TREES)
     ):
-        return f"{label} must be {MOUNT_PATH_RULE}; got '{value}'."
+        return gettext("%(label)s must be %(rule)s; got '%(value)s'.") % {
+            "label": label,
+            "rule": MOUNT_PATH_RULE,
+            "value": value,
+        }
     return None
 
 
@@ -216,10 +253,9 @@ class mount_path_validator(_LabelledValidator):  # noqa: N801 - used like a func
             raise ValidationError(message, code="mount_path")
 
 
-ARTIFACT_MOUNT_RULE = (
-    "an absolute path of letters, digits, '-', '_' and '/', not "
-    + ", ".join(p if p == "/" else p + "/" for p in ARTIFACT_MOUNT_FORBIDDEN)
-    + " (system directories)"
+ARTIFACT_MOUNT_RULE = lazy_fill(
+    _("an absolute path of letters, digits, '-', '_' and '/', not %(forbidden)s (system directories)"),
+    forbidden=", ".join(p if p == "/" else p + "/" for p in ARTIFACT_MOUNT_FORBIDDEN),
 )
 _ARTIFACT_MOUNT_RE = re.compile(r"^/[A-Za-z0-9_/-]*$")
 
@@ -229,8 +265,9 @@ def validate_artifact_mount_path(value: str) -> None:
         return
     path = normalized_path(value) if _ARTIFACT_MOUNT_RE.match(value) else None
     if path is None or path in ARTIFACT_MOUNT_FORBIDDEN:
-        raise ValidationError(f"Artifact mount path must be {ARTIFACT_MOUNT_RULE}; got '{value}'.", code="mount_path")
-    if message := mount_path_error(value, "Artifact mount path"):
+        message = gettext("Artifact mount path must be %(rule)s; got '%(value)s'.")
+        raise ValidationError(message % {"rule": ARTIFACT_MOUNT_RULE, "value": value}, code="mount_path")
+    if message := mount_path_error(value, gettext("Artifact mount path")):
         raise ValidationError(message, code="mount_path")
 
 
@@ -238,11 +275,11 @@ class validate_directory(_LabelledValidator):  # noqa: N801 - used like a functi
     def __call__(self, value: str) -> None:
         path = normalized_path(value or "")
         if value and (path is None or path == "/"):
-            raise ValidationError(
-                f"{self.label} must be an absolute directory other than / (letters, digits, '.', '_', '-'); "
-                f"got '{value}'.",
-                code="directory",
+            message = gettext(
+                "%(label)s must be an absolute directory other than / (letters, digits, '.', '_', '-'); "
+                "got '%(value)s'."
             )
+            raise ValidationError(message % {"label": self.label, "value": value}, code="directory")
 
 
 NFS_OPTION_RE = re.compile(r"^[A-Za-z0-9_]+(?:=[A-Za-z0-9_.:/-]+)?$")
@@ -251,20 +288,27 @@ NFS_OPTION_RE = re.compile(r"^[A-Za-z0-9_]+(?:=[A-Za-z0-9_.:/-]+)?$")
 def nfs_options_error(value: str) -> str | None:
     bad = [opt for opt in (value or "").split(",") if not NFS_OPTION_RE.match(opt.strip())]
     if bad:
-        return (
-            f"Mount options must be comma-separated NFS options like '{DEFAULT_NFS_OPTIONS}'; "
-            f"not an option: {', '.join(repr(b) for b in bad)}."
-        )
+        return gettext(
+            "Mount options must be comma-separated NFS options like '%(example)s'; not an option: %(bad)s."
+        ) % {"example": DEFAULT_NFS_OPTIONS, "bad": ", ".join(repr(b) for b in bad)}
     return None
 
 
 # -- hours ------------------------------------------------------------------------------------------------
-def hours_error(label: str, value, empty: str = "off") -> str | None:
+def hours_error(label, value, empty=None) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not (HOURS_MIN <= value <= HOURS_MAX):
-        presets = ", ".join(str(h) for h in HOUR_PRESETS)
-        return f"{label} must be {presets} or a custom {HOURS_MIN}-{HOURS_MAX} hours (empty: {empty}); got {value}."
+        return gettext(
+            "%(label)s must be %(presets)s or a custom %(min)s-%(max)s hours (empty: %(empty)s); got %(value)s."
+        ) % {
+            "label": label,
+            "presets": ", ".join(str(h) for h in HOUR_PRESETS),
+            "min": HOURS_MIN,
+            "max": HOURS_MAX,
+            "empty": gettext("off") if empty is None else empty,
+            "value": value,
+        }
     return None
 
 
@@ -276,8 +320,8 @@ _DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-
 IMAGE_REFERENCE_RE = re.compile(
     rf"^{_DOMAIN}?{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?(?:@sha256:[a-f0-9]{{64}})?$"
 )
-IMAGE_RULE = "a Docker image reference such as 'name:tag' or 'registry:5000/team/name:tag' (lower-case path)"
-image_reference_validator = RegexValidator(IMAGE_REFERENCE_RE, f"Image must be {IMAGE_RULE}.")
+IMAGE_RULE = _("a Docker image reference such as 'name:tag' or 'registry:5000/team/name:tag' (lower-case path)")
+image_reference_validator = RegexValidator(IMAGE_REFERENCE_RE, lazy_fill(_("Image must be %(rule)s."), rule=IMAGE_RULE))
 
 EMAIL_RE = re.compile(r"^[^@\s,]+@[^@\s,]+\.[^@\s,]+$")
 
@@ -289,16 +333,21 @@ SSH_PUBLIC_KEY_RE = re.compile(
 def validate_ssh_public_key(value: str) -> None:
     if not SSH_PUBLIC_KEY_RE.match((value or "").strip()):
         raise ValidationError(
-            "Public key must be one OpenSSH public key line ('ssh-ed25519 AAAA... comment').", code="public_key"
+            gettext("Public key must be one OpenSSH public key line ('ssh-ed25519 AAAA... comment')."),
+            code="public_key",
         )
 
 
 # -- env vars -------------------------------------------------------------------------------------------------
 def env_name_error(name) -> str | None:
     if not isinstance(name, str) or not ENV_NAME_RE.match(name):
-        return f"'{name}' is not a valid name: letters, digits and '_', not starting with a digit"
+        return gettext("'%(name)s' is not a valid name: letters, digits and '_', not starting with a digit") % {
+            "name": name
+        }
     if name in PLATFORM_ENV_NAMES or name.startswith(PLATFORM_ENV_PREFIXES):
-        return f"'{name}' is set by the platform (as are all MA_* names) and cannot be overridden"
+        return gettext("'%(name)s' is set by the platform (as are all MA_* names) and cannot be overridden") % {
+            "name": name
+        }
     return None
 
 
@@ -320,25 +369,24 @@ def parse_env_file(text: str, existing: int = 0) -> list[dict]:
             continue
         match = ENV_FILE_LINE_RE.match(line)
         if not match:
-            problems.append(f"line {number} is not KEY=VALUE")
+            problems.append(gettext("line %(number)s is not KEY=VALUE") % {"number": number})
             continue
         name, value = match[1], match[2].strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
             value = value[1:-1]
         if error := env_name_error(name):
-            problems.append(f"line {number}: {error}")
+            problems.append(gettext("line %(number)s: %(error)s") % {"number": number, "error": error})
         elif name in seen:
-            problems.append(f"line {number}: '{name}' is repeated")
+            problems.append(gettext("line %(number)s: '%(name)s' is repeated") % {"number": number, "name": name})
         seen.add(name)
         rows.append({"name": name, "value": value, "sensitive": False})
     if existing + len(rows) > ENV_MAX:
-        raise ValidationError(
-            f"Env var import refused: the file has {len(rows)} variables and the job already has {existing}; "
-            f"at most {ENV_MAX} env vars in total. Nothing was imported.",
-            code="env_import",
+        message = gettext(
+            "Env var import refused: the file has %(rows)s variables and the job already has %(existing)s; "
+            "at most %(max)s env vars in total. Nothing was imported."
         )
+        raise ValidationError(message % {"rows": len(rows), "existing": existing, "max": ENV_MAX}, code="env_import")
     if problems:
-        raise ValidationError(
-            "Env var import refused, nothing was imported: " + "; ".join(problems[:5]) + ".", code="env_import"
-        )
+        message = gettext("Env var import refused, nothing was imported: %(problems)s.")
+        raise ValidationError(message % {"problems": "; ".join(problems[:5])}, code="env_import")
     return rows

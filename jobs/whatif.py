@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from faulttolerance.policy import Policy
 from faulttolerance.whatif import Outcome, what_happens
 
+from . import labels, stored_text
 from . import validators as v
 from .models import TrainingJob
 
@@ -39,3 +40,24 @@ def for_form_data(data: Mapping) -> list[Outcome]:
         _number(data, "pod_retry_num", 0, 0, v.POD_RETRY_MAX),
     )
     return what_happens(policy, multi_instance=_number(data, "node_count", 1, 1, 10**6) > 1)
+
+
+# -- in the page's language (faulttolerance/ is pure Python and speaks English) ---------------------
+def _runs(items: list[str], show) -> str:
+    runs: list[list] = []
+    for item in items:
+        if runs and runs[-1][0] == item:
+            runs[-1][1] += 1
+        else:
+            runs.append([item, 1])
+    return " → ".join(show(item) if n == 1 else f"{show(item)} × {n}" for item, n in runs)
+
+
+def levels_text(outcome: Outcome) -> str:
+    """Outcome.levels with each level's label: "process → container × 2"."""
+    return _runs([step.level for step in outcome.restarts], lambda level: labels.label("level", level))
+
+
+def uses_text(outcome: Outcome) -> str:
+    """Outcome.uses with each part translated as a stored text: "a hang restart × 3 → 1 of 3 restarts"."""
+    return _runs([step.consumes for step in outcome.restarts], stored_text.translate)

@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from django.http import QueryDict
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 
 @dataclass(frozen=True)
@@ -24,14 +26,14 @@ class Step:
 STEPS: tuple[Step, ...] = (
     Step(
         "mode",
-        "Training mode",
+        _("Training mode"),
         ("workspace", "training_mode", "base_model"),
-        "A custom job runs your own code; a fine-tuning job starts from a preset template or one of your models.",
+        _("A custom job runs your own code; a fine-tuning job starts from a preset template or one of your models."),
     ),
-    Step("basic", "Basic information", ("name", "description")),
+    Step("basic", _("Basic information"), ("name", "description")),
     Step(
         "training",
-        "Training configuration",
+        _("Training configuration"),
         (
             "preset_template",
             "image_source",
@@ -48,7 +50,7 @@ STEPS: tuple[Step, ...] = (
     ),
     Step(
         "resources",
-        "Resources",
+        _("Resources"),
         (
             "pool_type",
             "pool",
@@ -67,10 +69,10 @@ STEPS: tuple[Step, ...] = (
             "preemptible",
         ),
     ),
-    Step("data", "Data", ("datasets",), "Up to 3 datasets: preset data, or your own online data."),
+    Step("data", _("Data"), ("datasets",), _("Up to 3 datasets: preset data, or your own online data.")),
     Step(
         "artifacts",
-        "Training artifacts",
+        _("Training artifacts"),
         (
             "store_artifacts",
             "artifact_path",
@@ -84,11 +86,11 @@ STEPS: tuple[Step, ...] = (
             "publish_model",
             "version_description",
         ),
-        "Outputs kept in object storage; the artifact mount survives restarts, so keep checkpoints there.",
+        _("Outputs kept in object storage; the artifact mount survives restarts, so keep checkpoints there."),
     ),
     Step(
         "ha",
-        "High availability",
+        _("High availability"),
         (
             "fault_tolerance",
             "max_restarts",
@@ -98,12 +100,12 @@ STEPS: tuple[Step, ...] = (
             "operator_reexecution",
             "hang_window_s",
         ),
-        "What happens when the job fails or hangs. A scenario preset (beside the form) fills these.",
+        _("What happens when the job fails or hangs. A scenario preset (beside the form) fills these."),
     ),
-    Step("access", "Access", ("jupyter_lab", "ssh_remote", "ssh_key_pair", "mutual_trust", "mutual_trust_dir")),
+    Step("access", _("Access"), ("jupyter_lab", "ssh_remote", "ssh_key_pair", "mutual_trust", "mutual_trust_dir")),
     Step(
         "observe",
-        "Observability",
+        _("Observability"),
         (
             "tensorboard",
             "mindstudio_insight",
@@ -118,7 +120,7 @@ STEPS: tuple[Step, ...] = (
     ),
     Step(
         "more",
-        "More settings",
+        _("More settings"),
         (
             "keep_logs",
             "log_export_path",
@@ -132,7 +134,7 @@ STEPS: tuple[Step, ...] = (
             "notify_events",
         ),
     ),
-    Step("review", "Review and submit", ()),
+    Step("review", _("Review and submit"), ()),
 )
 STEP_BY_SLUG = {step.slug: step for step in STEPS}
 FIRST_STEP = STEPS[0].slug
@@ -254,8 +256,8 @@ class Scenario:
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "single_node",
-        "Single node",
-        "One node, one or more cards.",
+        _("Single node"),
+        _("One node, one or more cards."),
         {
             "node_count": 1,
             "fault_tolerance": True,
@@ -266,24 +268,24 @@ SCENARIOS: tuple[Scenario, ...] = (
             "operator_reexecution": False,
         },
         (
-            "A checkpoint path is configured (the artifact mount or a file system mount).",
-            "The training script resumes from the last checkpoint.",
-            "Automatic restart is on.",
-            "Max restarts is set to a sensible number.",
-            "After a failure, the log's failure analysis (Fault recovery tab) says why.",
+            _("A checkpoint path is configured (the artifact mount or a file system mount)."),
+            _("The training script resumes from the last checkpoint."),
+            _("Automatic restart is on."),
+            _("Max restarts is set to a sensible number."),
+            _("After a failure, the log's failure analysis (Fault recovery tab) says why."),
         ),
         (
-            ("Resume from checkpoint", "recommended"),
-            ("Automatic restart", "recommended"),
-            ("Hang detection", "optional"),
-            ("Hang restart", "optional"),
-            ("Operator re-execution", "usually not needed"),
+            (_("Resume from checkpoint"), pgettext_lazy("scenario feature", "recommended")),
+            (_("Automatic restart"), pgettext_lazy("scenario feature", "recommended")),
+            (_("Hang detection"), pgettext_lazy("scenario feature", "optional")),
+            (_("Hang restart"), pgettext_lazy("scenario feature", "optional")),
+            (_("Operator re-execution"), pgettext_lazy("scenario feature", "usually not needed")),
         ),
     ),
     Scenario(
         "multi_node",
-        "Multi-node multi-card",
-        "Distributed training, large GPU/NPU jobs.",
+        _("Multi-node multi-card"),
+        _("Distributed training, large GPU/NPU jobs."),
         {
             "node_count": 2,
             "fault_tolerance": True,
@@ -294,29 +296,29 @@ SCENARIOS: tuple[Scenario, ...] = (
             "operator_reexecution": False,
         },
         (
-            "The training script saves and resumes checkpoints.",
-            "Checkpoints are saved to reliable shared storage.",
-            "The training script can be started again (it is re-entrant).",
-            "Automatic restart is on.",
-            "Unconditional restart is on where the job needs it.",
-            "Hang detection is on.",
-            "Hang restart is on for long-running jobs.",
-            "Recoveries are watched through events, logs and the Fault recovery tab.",
+            _("The training script saves and resumes checkpoints."),
+            _("Checkpoints are saved to reliable shared storage."),
+            _("The training script can be started again (it is re-entrant)."),
+            _("Automatic restart is on."),
+            _("Unconditional restart is on where the job needs it."),
+            _("Hang detection is on."),
+            _("Hang restart is on for long-running jobs."),
+            _("Recoveries are watched through events, logs and the Fault recovery tab."),
         ),
         (
-            ("Resume from checkpoint", "required"),
-            ("Automatic restart", "recommended"),
-            ("Unconditional restart", "recommended"),
-            ("Hang detection", "recommended"),
-            ("Hang restart", "recommended"),
-            ("Instance rescheduling", "depends on the pool"),
-            ("Job rescheduling off faulty hosts", "depends on the pool"),
+            (_("Resume from checkpoint"), pgettext_lazy("scenario feature", "required")),
+            (_("Automatic restart"), pgettext_lazy("scenario feature", "recommended")),
+            (_("Unconditional restart"), pgettext_lazy("scenario feature", "recommended")),
+            (_("Hang detection"), pgettext_lazy("scenario feature", "recommended")),
+            (_("Hang restart"), pgettext_lazy("scenario feature", "recommended")),
+            (_("Instance rescheduling"), pgettext_lazy("scenario feature", "depends on the pool")),
+            (_("Job rescheduling off faulty hosts"), pgettext_lazy("scenario feature", "depends on the pool")),
         ),
     ),
     Scenario(
         "long_running",
-        "Long-running large-model training",
-        "Pre-training, fine-tuning, RL: long jobs on many resources.",
+        _("Long-running large-model training"),
+        _("Pre-training, fine-tuning, RL: long jobs on many resources."),
         {
             "fault_tolerance": True,
             "max_restarts": 20,
@@ -326,22 +328,25 @@ SCENARIOS: tuple[Scenario, ...] = (
             "operator_reexecution": False,
         },
         (
-            "Checkpoints go to stable shared storage.",
-            "Model, optimizer, LR scheduler and random states are saved regularly.",
-            "The job resumes automatically from the latest complete checkpoint.",
-            "Automatic restart and fault recovery are on.",
-            "Hang detection and hang restart are on.",
-            "Operator re-execution is evaluated for the hardware (Ascend super-nodes).",
-            "Logs, events and failure analysis are watched as one loop.",
+            _("Checkpoints go to stable shared storage."),
+            _("Model, optimizer, LR scheduler and random states are saved regularly."),
+            _("The job resumes automatically from the latest complete checkpoint."),
+            _("Automatic restart and fault recovery are on."),
+            _("Hang detection and hang restart are on."),
+            _("Operator re-execution is evaluated for the hardware (Ascend super-nodes)."),
+            _("Logs, events and failure analysis are watched as one loop."),
         ),
         (
-            ("Resume from checkpoint", "required"),
-            ("Automatic restart", "required"),
-            ("Unconditional restart", "recommended"),
-            ("Hang detection", "recommended"),
-            ("Hang restart", "recommended"),
-            ("Operator re-execution", "recommended on specific Ascend super-nodes"),
-            ("Log failure analysis", "recommended"),
+            (_("Resume from checkpoint"), pgettext_lazy("scenario feature", "required")),
+            (_("Automatic restart"), pgettext_lazy("scenario feature", "required")),
+            (_("Unconditional restart"), pgettext_lazy("scenario feature", "recommended")),
+            (_("Hang detection"), pgettext_lazy("scenario feature", "recommended")),
+            (_("Hang restart"), pgettext_lazy("scenario feature", "recommended")),
+            (
+                _("Operator re-execution"),
+                pgettext_lazy("scenario feature", "recommended on specific Ascend super-nodes"),
+            ),
+            (_("Log failure analysis"), pgettext_lazy("scenario feature", "recommended")),
         ),
     ),
 )

@@ -26,5 +26,8 @@ if [[ -n $test_deps ]]; then
   ensure_postgres
   ensure_redis
   ensure_apt chromium  # Playwright drives Debian's Chromium; `playwright install` cannot download here
+  # A CJK font for the Chinese pages' screenshots (tests/test_browser_i18n.py), and gettext, whose
+  # xgettext/msgfmt check that the translation catalogs match the code (tests/test_i18n_catalog.py).
+  ensure_apt fonts-wqy-microhei gettext
 fi
 log "ok"

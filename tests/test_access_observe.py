@@ -159,7 +159,12 @@ def test_ssh_remote_authorized_keys_follow_the_key_pair(demo):
     job.ssh_key_pair_id = None
     prepare_sources(job, attempt, task_run)
     assert authorized.read_text() == ""
-    assert sorted(p.name for p in authorized.parent.iterdir()) == ["authorized_keys"]  # no private key
+    # No user private key: the user's public key, and the host key of the job's own sshd.
+    assert sorted(p.name for p in authorized.parent.iterdir()) == [
+        "authorized_keys",
+        "ssh_host_ed25519_key",
+        "ssh_host_ed25519_key.pub",
+    ]
 
 
 # -- real containers -------------------------------------------------------------------------------------------
@@ -207,6 +212,7 @@ def test_every_instance_gets_the_same_trust_files_and_the_summary_dir(demo, work
     summaries = root / "summaries" / f"trust-{job.id}"
     for run in runs:
         assert log_texts(run) == [
+            "[console] TensorBoard: 'tensorboard' is not in this image (the notebook preset image has it)",
             ". 700 1000",
             "id_ed25519 600 1000",
             "id_ed25519.pub 644 1000",
@@ -255,4 +261,15 @@ def test_ssh_remote_development_puts_the_users_key_in_authorized_keys(demo, work
     wait_for(lambda: ended(job), timeout=30, message="the job to end")
     lines = log_texts(job.attempts.get().task_runs.get())  # the persisted log
     assert job.phase == Phase.COMPLETED, (job.phase_reason, lines)
-    assert lines == ["authorized_keys", "authorized_keys 600 1000", key.public_key, "MA_JUPYTER_LAB=1"]
+    assert lines == [
+        # The launcher says what it could not start in this image (busybox): hints, not facts.
+        "[console] JupyterLab: 'jupyter' is not in this image (the notebook preset image has it)",
+        "[console] SSH remote development: '/usr/sbin/sshd' is not in this image "
+        "(the python and notebook preset images have it)",
+        "authorized_keys",
+        "ssh_host_ed25519_key",
+        "ssh_host_ed25519_key.pub",
+        "authorized_keys 600 1000",
+        key.public_key,
+        "MA_JUPYTER_LAB=1",
+    ]

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 
 from django.core.exceptions import NON_FIELD_ERRORS
+from django.utils.translation import gettext_lazy as _
 
 from jobs import validators as v
+from jobs.i18n import lazy_fill
 from jobs.models import TrainingJob
 
 RETRY_NUM = "fault-tolerance/job-retry-num"
@@ -74,11 +76,20 @@ class ApiField:
         return TrainingJob._meta.get_field(self.field)
 
 
-def _between(low: int, high: int, note: str = "") -> dict:
-    return {"minimum": low, "maximum": high, "rule": f" between {low} and {high}{note}"}
+# The rules are lazy: an error message says them in the language of its request (Accept-Language).
+def _between(low: int, high: int, note="") -> dict:
+    return {
+        "minimum": low,
+        "maximum": high,
+        "rule": lazy_fill(_(" between %(low)s and %(high)s%(note)s"), low=low, high=high, note=note),
+    }
 
 
-_HOURS = {"minimum": v.HOURS_MIN, "maximum": v.HOURS_MAX, "rule": f" of hours, {v.HOURS_MIN}-{v.HOURS_MAX} (null: off)"}
+_HOURS = {
+    "minimum": v.HOURS_MIN,
+    "maximum": v.HOURS_MAX,
+    "rule": lazy_fill(_(" of hours, %(min)s-%(max)s (null: off)"), min=v.HOURS_MIN, max=v.HOURS_MAX),
+}
 _OBJECTS = {"type": "array", "items": {"type": "object"}}
 
 
@@ -115,7 +126,7 @@ API_FIELDS: tuple[ApiField, ...] = (
         parsed=False,
         shown=_tolerant,
         text=True,
-        **_between(v.MAX_RESTARTS_MIN, v.MAX_RESTARTS_MAX, " (absent: fault tolerance off)"),
+        **_between(v.MAX_RESTARTS_MIN, v.MAX_RESTARTS_MAX, _(" (absent: fault tolerance off)")),
     ),
     # SPEC §7: job-retry-num is "1".."128"; absent, fault tolerance is off. Both fields live there.
     ApiField("fault_tolerance", f"{ANNOTATIONS}.{RETRY_NUM}", SHAPED, shown=lambda job: False),
@@ -233,7 +244,7 @@ API_FIELDS: tuple[ApiField, ...] = (
         "spec.hang_detection.window_seconds",
         INTEGER,
         minimum=0,
-        rule=" of seconds (0: the platform default)",
+        rule=_(" of seconds (0: the platform default)"),
         empty_is_null=True,
     ),
     ApiField("notify_webhook_url", f"{NOTIFICATION}.webhook_url", STRING),

@@ -82,6 +82,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils.translation import gettext
 from rest_framework import serializers
 
 from jobs import validators as v
@@ -142,7 +143,7 @@ class _Body:
         if value is None:
             return {}
         if not isinstance(value, dict):
-            self.error(path, "Must be an object.")
+            self.error(path, gettext("Must be an object."))
             return {}
         return value
 
@@ -150,14 +151,14 @@ class _Body:
         value = _get(self.data, path)
         if value is None or isinstance(value, list):
             return value
-        self.error(path, "Must be a list.")
+        self.error(path, gettext("Must be a list."))
         return None
 
     def str(self, path: str) -> str | None:
         value = _get(self.data, path)
         if value is None or isinstance(value, str):
             return value
-        self.error(path, "Must be a string.")
+        self.error(path, gettext("Must be a string."))
         return None
 
     def bool(self, path: str) -> bool | None:
@@ -166,7 +167,7 @@ class _Body:
             return value
         if isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"
-        self.error(path, 'Must be true or false (or "true" / "false").')
+        self.error(path, gettext('Must be true or false (or "true" / "false").'))
         return None
 
     def int(self, path: str, rule: str = "", value: Any = _ABSENT) -> int | None:
@@ -177,7 +178,7 @@ class _Body:
             return value
         if isinstance(value, str) and value.strip().lstrip("-").isdigit():
             return int(value)
-        self.error(path, f"Must be an integer{rule}.")
+        self.error(path, gettext("Must be an integer%(rule)s.") % {"rule": rule})
         return None
 
     def number(self, path: str) -> float | None:
@@ -189,7 +190,7 @@ class _Body:
         try:
             return float(str(value))
         except ValueError:
-            self.error(path, "Must be a number.")
+            self.error(path, gettext("Must be a number."))
             return None
 
     def named(self, field: str, path: str, user):
@@ -225,7 +226,7 @@ def _environments(body: _Body) -> list | None:
         return [{"name": k, "value": v if isinstance(v, str) else str(v), "sensitive": False} for k, v in value.items()]
     if isinstance(value, list):
         return [_env_value_as_text(env) for env in value]
-    body.error(path, 'Must be a list of {"name", "value", "sensitive"} (or an object of names to values).')
+    body.error(path, gettext('Must be a list of {"name", "value", "sensitive"} (or an object of names to values).'))
     return None
 
 
@@ -244,11 +245,10 @@ def _datasets(body: _Body) -> list | None:
     for number, item in enumerate(inputs, start=1):
         dataset_id = _get(item, "remote.dataset.id") if isinstance(item, dict) else None
         if dataset_id is None:
-            body.error(
-                "algorithm.inputs", f'Input {number} must be {{"remote": {{"dataset": {{"id": <dataset id>}}}}}}.'
-            )
+            message = gettext('Input %(number)s must be {"remote": {"dataset": {"id": <dataset id>}}}.')
+            body.error("algorithm.inputs", message % {"number": number})
             continue
-        value = body.int("algorithm.inputs", " (a dataset id)", value=dataset_id)
+        value = body.int("algorithm.inputs", gettext(" (a dataset id)"), value=dataset_id)
         if value is not None:
             ids.append(value)
     return ids
@@ -274,7 +274,8 @@ def _volumes(body: _Body) -> tuple[list | None, list | None]:
         elif isinstance(item, dict) and isinstance(item.get("obs"), dict) and len(item) == 1:
             obs_mounts.append({"obs_url": item["obs"].get("obs_url"), "mount_path": item["obs"].get("local_path")})
         else:
-            body.error("spec.volumes", f'Volume {number} must be {{"file_system": {{...}}}} or {{"obs": {{...}}}}.')
+            message = gettext('Volume %(number)s must be {"file_system": {...}} or {"obs": {...}}.')
+            body.error("spec.volumes", message % {"number": number})
     return fs_mounts, obs_mounts
 
 
@@ -284,7 +285,7 @@ def _log_export_path(body: _Body) -> str | None:
     if isinstance(value, dict):
         return body.str(f"{path}.obs_url")
     if value is not None and not isinstance(value, str):
-        body.error(path, 'Must be {"obs_url": "obs://bucket/path/"} or a string.')
+        body.error(path, gettext('Must be {"obs_url": "obs://bucket/path/"} or a string.'))
         return None
     return value
 
@@ -303,7 +304,7 @@ class TrainingJobCreateSerializer(serializers.Serializer):
 
     def to_internal_value(self, data: Any) -> dict:
         if not isinstance(data, dict):
-            raise serializers.ValidationError({"body": ["Expected a JSON object."]})
+            raise serializers.ValidationError({"body": [gettext("Expected a JSON object.")]})
         user = self.context["user"]
         body = _Body(data)
         for path in (ANNOTATIONS, ACCESS, OBSERVE):  # objects of the body: refused when not one
@@ -357,7 +358,7 @@ class TrainingJobCreateSerializer(serializers.Serializer):
         }
         if outputs:
             if len(outputs) > 1:
-                body.error("algorithm.outputs", "At most one output (the training artifacts) is allowed.")
+                body.error("algorithm.outputs", gettext("At most one output (the training artifacts) is allowed."))
             fields |= {"store_artifacts": True, "artifact_path": fields["artifact_path"] or ""}
         if present[CUSTOM_SPEC]:
             fields["spec_type"] = TrainingJob.SpecType.CUSTOM

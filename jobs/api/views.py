@@ -4,6 +4,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
+from django.utils.translation import gettext
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
@@ -127,7 +128,10 @@ class TrainingJobDetail(APIView):
         job = _job(request, project_id, job_id)
         if job.phase not in FINAL_PHASES:
             return Response(
-                {"error_code": "Console.409", "error_msg": f"Job is {job.phase}: terminate it before deleting it."},
+                {
+                    "error_code": "Console.409",
+                    "error_msg": gettext("Job is %(phase)s: terminate it before deleting it.") % {"phase": job.phase},
+                },
                 status=status.HTTP_409_CONFLICT,
             )
         workspace_id, deleted_id = job.workspace_id, job.id
@@ -159,8 +163,8 @@ class TrainingJobActions(APIView):
             return Response(
                 {
                     "error_code": "Console.400",
-                    "error_msg": 'action_type: only "terminate" is supported.',
-                    "errors": {"action_type": ['Only "terminate" is supported.']},
+                    "error_msg": gettext('action_type: only "terminate" is supported.'),
+                    "errors": {"action_type": [gettext('Only "terminate" is supported.')]},
                 },
                 status=status.HTTP_400_BAD_REQUEST,
             )
@@ -219,7 +223,9 @@ class TrainingJobMetrics(APIView):
             return Response(
                 {
                     "error_code": "Console.404",
-                    "error_msg": "This job exposes no Prometheus metrics (spec.observe.prometheus is not set).",
+                    "error_msg": gettext(
+                        "This job exposes no Prometheus metrics (spec.observe.prometheus is not set)."
+                    ),
                 },
                 status=status.HTTP_404_NOT_FOUND,
             )

@@ -13,6 +13,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from jobs import validators as v
 
@@ -40,7 +42,7 @@ class ProcessorKind(models.TextChoices):
 
     CPU = "cpu", "CPU"
     GPU = "gpu", "GPU"
-    NPU = "npu", "NPU (Ascend)"
+    NPU = "npu", _("NPU (Ascend)")
 
 
 class ResourcePool(models.Model):
@@ -207,8 +209,8 @@ class PresetTemplate(models.Model):
     """A ready-made job (SPEC §3 "preset template"): choosing one fills the training fields."""
 
     class Type(models.TextChoices):
-        TEXT_GENERATION = "text_generation", "Text generation"
-        IMAGE_UNDERSTANDING = "image_understanding", "Image understanding"
+        TEXT_GENERATION = "text_generation", _("Text generation")
+        IMAGE_UNDERSTANDING = "image_understanding", _("Image understanding")
 
     name = models.CharField(max_length=64, unique=True)
     type = models.CharField(max_length=32, choices=Type.choices, default=Type.TEXT_GENERATION)
@@ -216,7 +218,7 @@ class PresetTemplate(models.Model):
     description = models.CharField(max_length=256, blank=True, validators=[v.validate_description])
     image = models.ForeignKey(PresetImage, null=True, blank=True, on_delete=models.PROTECT, related_name="templates")
     command = models.TextField(blank=True)
-    code_dir = models.CharField(max_length=1024, blank=True, validators=[v.obs_dir_validator("Code dir")])
+    code_dir = models.CharField(max_length=1024, blank=True, validators=[v.obs_dir_validator(_("Code dir"))])
     local_code_dir = models.CharField(max_length=1024, blank=True, validators=[v.validate_local_code_dir])
     environments = models.JSONField(default=list, blank=True, help_text='[{"name": ..., "value": ...}]')
 
@@ -306,7 +308,8 @@ class FileSystem(models.Model):
         shown = (
             Workspace.objects.filter(pk=workspace_id).values_list("name", flat=True).first() if workspace_id else None
         )
-        return f"{label}: file system '{self.name}' is not granted to workspace '{shown or '(none)'}'."
+        message = gettext("%(label)s: file system '%(name)s' is not granted to workspace '%(workspace)s'.")
+        return message % {"label": label, "name": self.name, "workspace": shown or "(none)"}
 
     def clean(self) -> None:
         if self.kind == self.Kind.NFS and not NFS_SOURCE_RE.match(self.source or ""):
@@ -331,7 +334,7 @@ class Dataset(models.Model):
         help_text="Empty: preset data, offered to everyone.",
     )
     online = models.BooleanField(default=True, help_text="Only online data can be chosen for a job.")
-    path = models.CharField(max_length=1024, validators=[v.obs_dir_validator("Dataset path")])
+    path = models.CharField(max_length=1024, validators=[v.obs_dir_validator(_("Dataset path"))])
     description = models.CharField(max_length=256, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -351,11 +354,11 @@ class Model(models.Model):
     """A model asset ("my models"): what auto-publish creates or adds a version to."""
 
     class Type(models.TextChoices):
-        TEXT_GENERATION = "text_generation", "Text generation"
-        IMAGE_UNDERSTANDING = "image_understanding", "Image understanding"
-        IMAGE_GENERATION = "image_generation", "Image generation"
-        VIDEO_GENERATION = "video_generation", "Video generation"
-        OTHER = "other", "Other"
+        TEXT_GENERATION = "text_generation", _("Text generation")
+        IMAGE_UNDERSTANDING = "image_understanding", _("Image understanding")
+        IMAGE_GENERATION = "image_generation", _("Image generation")
+        VIDEO_GENERATION = "video_generation", _("Video generation")
+        OTHER = "other", _("Other")
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="model_assets")
     name = models.CharField(max_length=128, validators=[v.validate_model_name])

@@ -4,26 +4,29 @@ from __future__ import annotations
 
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 
 class EventKind(models.TextChoices):
-    STARTED = "started"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    TERMINATED = "terminated"
-    SUSPECTED_HANG = "suspected_hang", "suspected hang"
-    RESTARTED = "restarted"
-    PREEMPTED = "preempted"
-    RESCHEDULED = "rescheduled"
-    HOST_ISOLATED = "host_isolated", "host isolated"
-    ENV_CHECK_FAILED = "env_check_failed", "environment check failed"
+    # The labels are what pages, e-mails and the wizard's event choices show, in their language.
+    STARTED = "started", pgettext_lazy("event", "Started")
+    COMPLETED = "completed", pgettext_lazy("event", "Completed")
+    FAILED = "failed", pgettext_lazy("event", "Failed")
+    TERMINATED = "terminated", pgettext_lazy("event", "Terminated")
+    SUSPECTED_HANG = "suspected_hang", _("suspected hang")
+    RESTARTED = "restarted", pgettext_lazy("event", "Restarted")
+    PREEMPTED = "preempted", pgettext_lazy("event", "Preempted")
+    RESCHEDULED = "rescheduled", _("Rescheduled")
+    HOST_ISOLATED = "host_isolated", _("host isolated")
+    ENV_CHECK_FAILED = "env_check_failed", _("environment check failed")
     # What happened to the job's outputs after it ended (jobs/runtime/outputs.py).
-    MODEL_PUBLISHED = "model_published", "model published"
-    MODEL_NOT_PUBLISHED = "model_not_published", "model not published"
-    LOGS_EXPORTED = "logs_exported", "logs exported"
-    LOGS_EXPORT_FAILED = "logs_export_failed", "log export failed"
-    LOGS_DELETED = "logs_deleted", "logs deleted"
-    TERMINAL_OPENED = "terminal_opened", "terminal opened"  # who opened a shell in which instance (jobs/terminal.py)
+    MODEL_PUBLISHED = "model_published", _("model published")
+    MODEL_NOT_PUBLISHED = "model_not_published", _("model not published")
+    LOGS_EXPORTED = "logs_exported", _("logs exported")
+    LOGS_EXPORT_FAILED = "logs_export_failed", _("log export failed")
+    LOGS_DELETED = "logs_deleted", _("logs deleted")
+    TERMINAL_OPENED = "terminal_opened", _("terminal opened")  # who opened a shell in which instance (jobs/terminal.py)
 
 
 # Events a user may subscribe a notification topic to (SPEC §3 "notifications").

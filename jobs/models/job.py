@@ -6,6 +6,7 @@ from django.core.validators import MaxLengthValidator
 from django.db import models
 from django.utils import timezone
 from django.utils.text import capfirst
+from django.utils.translation import gettext_lazy as _
 
 from jobs import validators as v
 
@@ -26,18 +27,19 @@ from .job_settings import JobSettingsFields
 
 
 class Phase(models.TextChoices):
-    CREATING = "Creating"
-    PENDING = "Pending"
-    RUNNING = "Running"
-    RESTARTING = "Restarting"
-    COMPLETED = "Completed"
-    FAILED = "Failed"
-    ABNORMAL = "Abnormal"
-    TERMINATING = "Terminating"
-    TERMINATED = "Terminated"
+    # The values are the API's (ModelArts v2); the labels are what a page shows, in its language.
+    CREATING = "Creating", _("Creating")
+    PENDING = "Pending", _("Pending")
+    RUNNING = "Running", _("Running")
+    RESTARTING = "Restarting", _("Restarting")
+    COMPLETED = "Completed", _("Completed")
+    FAILED = "Failed", _("Failed")
+    ABNORMAL = "Abnormal", _("Abnormal")
+    TERMINATING = "Terminating", _("Terminating")
+    TERMINATED = "Terminated", _("Terminated")
     # A job with retention keeps its containers for retention_hours after it ends (SPEC §3 "retention").
-    COMPLETED_RETAINED = "CompletedRetained", "Completed (retained)"
-    FAILED_RETAINED = "FailedRetained", "Failed (retained)"
+    COMPLETED_RETAINED = "CompletedRetained", _("Completed (retained)")
+    FAILED_RETAINED = "FailedRetained", _("Failed (retained)")
 
 
 FINAL_PHASES = {Phase.COMPLETED, Phase.FAILED, Phase.TERMINATED}

@@ -17,8 +17,8 @@ class JobObserveFields(models.Model):
     """Access to a running job and what it reports."""
 
     class MetricsMode(models.TextChoices):
-        HTTP = "http", "HTTP"
-        COMMAND = "command", "Command"
+        HTTP = "http", _("HTTP")
+        COMMAND = "command", _("Command")
 
     # -- access ----------------------------------------------------------------------------------------------
     jupyter_lab = models.BooleanField(
@@ -50,7 +50,7 @@ class JobObserveFields(models.Model):
     mutual_trust_dir = models.CharField(
         max_length=1024,
         default=v.DEFAULT_MUTUAL_TRUST_DIR,
-        validators=[v.validate_directory("Mutual-trust SSH files dir")],
+        validators=[v.validate_directory(_("Mutual-trust SSH files dir"))],
         verbose_name=_("mutual-trust SSH files dir"),
         help_text=format_lazy(_("Default {dir}."), dir=v.DEFAULT_MUTUAL_TRUST_DIR),
     )
@@ -78,7 +78,7 @@ class JobObserveFields(models.Model):
     observe_path = models.CharField(
         max_length=1024,
         default=v.DEFAULT_SUMMARY_PATH,
-        validators=[v.mount_path_validator("Summary path")],
+        validators=[v.mount_path_validator(_("Summary path"))],
         verbose_name=_("summary path"),
         help_text=format_lazy(_("Default {path}."), path=v.DEFAULT_SUMMARY_PATH),
     )
@@ -86,7 +86,7 @@ class JobObserveFields(models.Model):
         max_length=16,
         choices=MetricsMode.choices,
         blank=True,
-        error_messages={"invalid_choice": "Metrics mode must be http or command (empty: off); got %(value)r."},
+        error_messages={"invalid_choice": _("Metrics mode must be http or command (empty: off); got %(value)r.")},
         verbose_name=_("Prometheus metrics"),
         help_text=_("Off, by HTTP (URL path + port inside the container) or by command."),
     )

@@ -8,6 +8,7 @@ from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 
 from jobs import validators as v
+from jobs.i18n import lazy_fill
 
 from .catalogue import Model
 
@@ -16,8 +17,8 @@ class JobPublishFields(models.Model):
     """Where the job's outputs are kept, and the model version they become."""
 
     class PublishAs(models.TextChoices):
-        NEW = "new", "New model"
-        VERSION = "version", "New version of an existing model"
+        NEW = "new", _("New model")
+        VERSION = "version", _("New version of an existing model")
 
     # -- storage (training artifacts and publishing) -----------------------------------------------------------
     store_artifacts = models.BooleanField(
@@ -28,7 +29,7 @@ class JobPublishFields(models.Model):
     artifact_path = models.CharField(
         max_length=1024,
         blank=True,
-        validators=[v.obs_dir_validator("Artifact storage path")],
+        validators=[v.obs_dir_validator(_("Artifact storage path"))],
         verbose_name=_("artifact storage path"),
         help_text=_("obs://bucket/path/ where the job's outputs are kept."),
     )
@@ -51,7 +52,7 @@ class JobPublishFields(models.Model):
         max_length=16,
         choices=PublishAs.choices,
         default=PublishAs.NEW,
-        error_messages={"invalid_choice": "Publish as must be new or version; got %(value)r."},
+        error_messages={"invalid_choice": _("Publish as must be new or version; got %(value)r.")},
         verbose_name=_("publish as"),
         help_text=_("A new model (version V1), or the next version of one of your models."),
     )
@@ -65,7 +66,9 @@ class JobPublishFields(models.Model):
         max_length=32,
         choices=Model.Type.choices,
         blank=True,
-        error_messages={"invalid_choice": "Model type must be one of " + ", ".join(Model.Type.values) + "."},
+        error_messages={
+            "invalid_choice": lazy_fill(_("Model type must be one of %(types)s."), types=", ".join(Model.Type.values))
+        },
         verbose_name=_("model type"),
         help_text=_("Text generation, image understanding, image generation, video generation or other."),
     )

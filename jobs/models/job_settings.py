@@ -15,8 +15,8 @@ class JobSettingsFields(models.Model):
     """Logs, auto stop, retention, tags, notifications and visibility."""
 
     class Visibility(models.TextChoices):
-        WORKSPACE = "workspace", "Workspace members"
-        CREATOR = "creator", "Only the creator"
+        WORKSPACE = "workspace", _("Workspace members")
+        CREATOR = "creator", _("Only the creator")
 
     # -- more settings ------------------------------------------------------------------------------------------
     keep_logs = models.BooleanField(
@@ -29,7 +29,7 @@ class JobSettingsFields(models.Model):
     log_export_path = models.CharField(
         max_length=1024,
         blank=True,
-        validators=[v.obs_dir_validator("Log path")],
+        validators=[v.obs_dir_validator(_("Log path"))],
         verbose_name=_("log path"),
         help_text=_("obs://bucket/path/; required when logs are kept permanently."),
     )

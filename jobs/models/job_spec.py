@@ -30,28 +30,28 @@ class JobSpecFields(models.Model):
     """Identity, mode and basic information, training, resources and data."""
 
     class TrainingMode(models.TextChoices):
-        CUSTOM = "custom", "Custom job"
-        FINETUNE = "finetune", "Fine-tuning job"
+        CUSTOM = "custom", _("Custom job")
+        FINETUNE = "finetune", _("Fine-tuning job")
 
     class ImageSource(models.TextChoices):
-        PRESET = "preset", "Preset image"
-        CUSTOM = "custom", "Custom image"
+        PRESET = "preset", _("Preset image")
+        CUSTOM = "custom", _("Custom image")
 
     class PoolType(models.TextChoices):
-        PUBLIC = "public", "Public resource pool"
-        DEDICATED = "dedicated", "Dedicated resource pool"
+        PUBLIC = "public", _("Public resource pool")
+        DEDICATED = "dedicated", _("Dedicated resource pool")
 
     class SpecType(models.TextChoices):
-        PRESET = "preset", "Preset flavor"
-        CUSTOM = "custom", "Custom spec"
+        PRESET = "preset", _("Preset flavor")
+        CUSTOM = "custom", _("Custom spec")
 
     class Affinity(models.TextChoices):
-        AFFINITY = "affinity", "Node affinity"
-        ANTI_AFFINITY = "anti_affinity", "Node anti-affinity"
+        AFFINITY = "affinity", _("Node affinity")
+        ANTI_AFFINITY = "anti_affinity", _("Node anti-affinity")
 
     class AffinityStrength(models.TextChoices):
-        REQUIRED = "required", "Strong (required)"
-        PREFERRED = "preferred", "Weak (preferred)"
+        REQUIRED = "required", _("Strong (required)")
+        PREFERRED = "preferred", _("Weak (preferred)")
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     workspace = models.ForeignKey(
@@ -68,7 +68,7 @@ class JobSpecFields(models.Model):
         max_length=16,
         choices=TrainingMode.choices,
         default=TrainingMode.CUSTOM,
-        error_messages={"invalid_choice": "Training mode must be custom or finetune; got %(value)r."},
+        error_messages={"invalid_choice": _("Training mode must be custom or finetune; got %(value)r.")},
         verbose_name=_("training mode"),
         help_text=_("Custom: your own code. Fine-tuning: starts from a preset template or a model asset."),
     )
@@ -110,7 +110,7 @@ class JobSpecFields(models.Model):
         max_length=16,
         choices=ImageSource.choices,
         default=ImageSource.CUSTOM,
-        error_messages={"invalid_choice": "Image source must be preset or custom; got %(value)r."},
+        error_messages={"invalid_choice": _("Image source must be preset or custom; got %(value)r.")},
         verbose_name=_("image source"),
         help_text=_("A preset image registered by the operator, or your own image reference."),
     )
@@ -134,7 +134,7 @@ class JobSpecFields(models.Model):
         max_length=8,
         choices=ProcessorKind.choices,
         blank=True,
-        error_messages={"invalid_choice": "Image kind must be cpu, gpu or npu; got %(value)r."},
+        error_messages={"invalid_choice": _("Image kind must be cpu, gpu or npu; got %(value)r.")},
         verbose_name=_("custom image type"),
         help_text=_("What the custom image is built for; on the public pool it must match the flavor."),
     )
@@ -146,7 +146,7 @@ class JobSpecFields(models.Model):
     code_dir = models.CharField(
         max_length=1024,
         blank=True,
-        validators=[v.obs_dir_validator("Code dir")],
+        validators=[v.obs_dir_validator(_("Code dir"))],
         verbose_name=_("code dir"),
         help_text=format_lazy(
             _(
@@ -161,7 +161,7 @@ class JobSpecFields(models.Model):
     code_backup_dir = models.CharField(
         max_length=1024,
         blank=True,
-        validators=[v.obs_dir_validator("Code backup dir")],
+        validators=[v.obs_dir_validator(_("Code backup dir"))],
         verbose_name=_("code backup dir"),
         help_text=_(
             "Optional obs:// folder: the local code folder is copied to "
@@ -192,7 +192,7 @@ class JobSpecFields(models.Model):
         max_length=16,
         choices=PoolType.choices,
         default=PoolType.PUBLIC,
-        error_messages={"invalid_choice": "Pool type must be public or dedicated; got %(value)r."},
+        error_messages={"invalid_choice": _("Pool type must be public or dedicated; got %(value)r.")},
         verbose_name=_("resource pool type"),
         help_text=_("Public: shared hosts. Dedicated: a pool of hosts, with the options below."),
     )
@@ -209,7 +209,7 @@ class JobSpecFields(models.Model):
         max_length=16,
         choices=SpecType.choices,
         default=SpecType.PRESET,
-        error_messages={"invalid_choice": "Spec type must be preset or custom; got %(value)r."},
+        error_messages={"invalid_choice": _("Spec type must be preset or custom; got %(value)r.")},
         verbose_name=_("spec type"),
         help_text=_("Dedicated pools: a preset flavor or a custom spec no larger than the pool's node size."),
     )
@@ -254,7 +254,7 @@ class JobSpecFields(models.Model):
         max_length=16,
         choices=Affinity.choices,
         blank=True,
-        error_messages={"invalid_choice": "Affinity must be affinity or anti_affinity (empty: off); got %(value)r."},
+        error_messages={"invalid_choice": _("Affinity must be affinity or anti_affinity (empty: off); got %(value)r.")},
         verbose_name=_("affinity"),
         help_text=_("Dedicated pools: run on (affinity) or away from (anti-affinity) the hosts below."),
     )
@@ -262,7 +262,7 @@ class JobSpecFields(models.Model):
         max_length=16,
         choices=AffinityStrength.choices,
         default=AffinityStrength.REQUIRED,
-        error_messages={"invalid_choice": "Affinity strength must be required or preferred; got %(value)r."},
+        error_messages={"invalid_choice": _("Affinity strength must be required or preferred; got %(value)r.")},
         verbose_name=_("affinity strength"),
         help_text=_("Strong: only there (the job waits). Weak: preferred, elsewhere if needed."),
     )

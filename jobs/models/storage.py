@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from django.core.validators import RegexValidator
 from django.db import models
+from django.utils.translation import gettext as _
 
 from jobs import storage
 from jobs import validators as v
@@ -73,30 +74,33 @@ class BucketRules:
         if message := self._bucket_refusal(url, label):
             errors.add(field, message)
         elif not storage.bucket_exists(url):
-            errors.add(field, f"{label}: bucket '{storage.bucket_of(url)}' does not exist in object storage.")
+            message = _("%(label)s: bucket '%(bucket)s' does not exist in object storage.")
+            errors.add(field, message % {"label": label, "bucket": storage.bucket_of(url)})
 
     def _clean_obs_mounts(self, errors: _Errors) -> None:
         mounts = self.obs_mounts
         if not isinstance(mounts, list):
-            errors.add("obs_mounts", "Object storage mounts must be a list.")
+            errors.add("obs_mounts", _("Object storage mounts must be a list."))
             return
         if len(mounts) > v.OBS_MOUNTS_MAX:
-            errors.add(
-                "obs_mounts", f"Object storage mounts: at most {v.OBS_MOUNTS_MAX} is allowed; got {len(mounts)}."
-            )
+            message = _("Object storage mounts: at most %(max)s is allowed; got %(count)s.")
+            errors.add("obs_mounts", message % {"max": v.OBS_MOUNTS_MAX, "count": len(mounts)})
             return
         for mount in mounts:
             if not isinstance(mount, dict) or set(mount) - {"obs_url", "mount_path"}:
-                errors.add("obs_mounts", 'An object storage mount must be an object with "obs_url" and "mount_path".')
+                errors.add(
+                    "obs_mounts", _('An object storage mount must be an object with "obs_url" and "mount_path".')
+                )
                 continue
             url = mount.get("obs_url") or ""
             if v.parse_obs_dir(url) is None:
-                errors.add(
-                    "obs_mounts", f"Object storage mount: the storage path must be {v.OBS_DIR_RULE}; got '{url}'."
-                )
-            elif message := self._bucket_refusal(url, "Object storage mount"):
+                message = _("Object storage mount: the storage path must be %(rule)s; got '%(url)s'.")
+                errors.add("obs_mounts", message % {"rule": v.OBS_DIR_RULE, "url": url})
+            elif message := self._bucket_refusal(url, _("Object storage mount")):
                 errors.add("obs_mounts", message)
             elif not storage.exists(url):
-                errors.add("obs_mounts", f"Object storage mount: '{url}' does not exist in object storage.")
-            if message := v.mount_path_error(mount.get("mount_path") or "", "Object storage mount: the mount path"):
+                message = _("Object storage mount: '%(url)s' does not exist in object storage.")
+                errors.add("obs_mounts", message % {"url": url})
+            mount_label = _("Object storage mount: the mount path")
+            if message := v.mount_path_error(mount.get("mount_path") or "", mount_label):
                 errors.add("obs_mounts", message)

@@ -222,12 +222,21 @@ def _requeue_preempted(job: TrainingJob, attempt: Attempt, runs: list[TaskRun]) 
         consecutive_hang=after.consecutive_hang,
     )
     pool = job.pool.name if job.pool_id else ""
-    budget = f" (restarts used stay {after.restarts_used}/{policy.max_restarts})" if policy.max_restarts else ""
+    # Two whole sentences, each a template of jobs/stored_texts.py (a page shows them translated).
+    if policy.max_restarts:
+        message = (
+            f"Preempted by {by_text}, which needed the room on pool {pool}; attempt {attempt.number} stopped and the "
+            f"job queued again (restarts used stay {after.restarts_used}/{policy.max_restarts})."
+        )
+    else:
+        message = (
+            f"Preempted by {by_text}, which needed the room on pool {pool}; attempt {attempt.number} stopped and the "
+            "job queued again."
+        )
     events.record(
         job,
         EventKind.PREEMPTED,
-        f"Preempted by {by_text}, which needed the room on pool {pool}; attempt {attempt.number} stopped and the job "
-        f"queued again{budget}.",
+        message,
         preempted_by=by.name if by is not None else "",
         preempted_by_id=str(by.id) if by is not None else "",
         preempted_by_priority=by.priority if by is not None else None,

@@ -198,9 +198,15 @@ def hang_suspected(task_run_id: int, container, metrics: dict) -> None:
         events.record(
             job,
             EventKind.SUSPECTED_HANG,
-            f"worker-{task_run.index} looks stuck: no CPU use, no log output"
-            f"{', no GPU use' if metrics.get('gpu_util_percent') is not None else ''}"
-            f" for {metrics['idle_for_s']} s (window {metrics['window_s']} s).",
+            (
+                f"worker-{task_run.index} looks stuck: no CPU use, no log output, no GPU use "
+                f"for {metrics['idle_for_s']} s (window {metrics['window_s']} s)."
+            )
+            if metrics.get("gpu_util_percent") is not None
+            else (
+                f"worker-{task_run.index} looks stuck: no CPU use, no log output "
+                f"for {metrics['idle_for_s']} s (window {metrics['window_s']} s)."
+            ),
             task=task_run.task_name,
             **metrics,
         )

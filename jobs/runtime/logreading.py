@@ -9,7 +9,9 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 
 from django.utils import timezone
+from django.utils.translation import gettext
 
+from jobs import stored_text
 from jobs.models import TaskRun, TrainingJob
 
 from . import outputs
@@ -72,10 +74,14 @@ class LogRequestRefused(Exception):
 
 
 def deleted_message(job: TrainingJob) -> str:
-    return (
-        f"The logs of this job were deleted by retention on {outputs.when_text(job.logs_deleted_at)}: without "
-        f"keep logs permanently, logs are kept {outputs.duration_text(outputs.log_retention_s())} after the job ends."
-    )
+    # Shown when asked for (a page, a download, the API): in the language of that request.
+    return gettext(
+        "The logs of this job were deleted by retention on %(when)s: without keep logs permanently, logs are "
+        "kept %(retention)s after the job ends."
+    ) % {
+        "when": outputs.when_text(job.logs_deleted_at),
+        "retention": stored_text.translate(outputs.duration_text(outputs.log_retention_s())),
+    }
 
 
 def check_log_request(job: TrainingJob, params: Mapping[str, str]) -> tuple[int | None, int | None]:
@@ -92,8 +98,10 @@ def check_log_request(job: TrainingJob, params: Mapping[str, str]) -> tuple[int 
         raise LogRequestRefused(
             400,
             outputs.TIME_RANGE_SETTING,
-            f"Log download by time range is off for this job (setting {outputs.TIME_RANGE_SETTING}): "
-            "download the whole log instead.",
+            gettext(
+                "Log download by time range is off for this job (setting %(setting)s): download the whole log instead."
+            )
+            % {"setting": outputs.TIME_RANGE_SETTING},
         )
     start_ns = parse_time(raw_start, "start_time") if raw_start else None
     end_ns = parse_time(raw_end, "end_time", end=True) if raw_end else None

@@ -15,6 +15,8 @@ import shlex
 import time
 from dataclasses import dataclass, field
 
+from django.utils.translation import gettext
+
 from jobs.models import TaskRun, TrainingJob
 
 from . import docker_hosts, engine
@@ -136,7 +138,7 @@ def scrape(job: TrainingJob, task_run: TaskRun) -> Scrape:
     """Scrape one running instance."""
     task = f"worker-{task_run.index}"
     if task_run.state != TaskRun.State.RUNNING:
-        return Scrape(task, False, error="The instance is not running.")
+        return Scrape(task, False, error=gettext("The instance is not running."))
     started = time.monotonic()
     try:
         container = engine.container(
@@ -150,29 +152,35 @@ def scrape(job: TrainingJob, task_run: TaskRun) -> Scrape:
             max_bytes=MAX_OUTPUT_BYTES,
         )
     except HOST_ERRORS as exc:
-        return Scrape(task, False, error=f"Could not reach the container: {exc}")
+        return Scrape(task, False, error=gettext("Could not reach the container: %(error)s") % {"error": exc})
     took_ms = int((time.monotonic() - started) * 1000)
     out, err = result.stdout, result.stderr
     if result.timed_out:
-        reason = f"no answer within {SCRAPE_TIMEOUT_S} s"
-        return Scrape(task, False, error=f"The metrics {_source(job)} failed: {reason}", took_ms=took_ms)
+        reason = gettext("no answer within %(seconds)s s") % {"seconds": SCRAPE_TIMEOUT_S}
+        return Scrape(task, False, error=_failed(job, reason), took_ms=took_ms)
     if result.exit_code != 0 and not result.truncated:
-        reason = err.decode(errors="replace").strip()[-300:] or f"exit code {result.exit_code}"
-        return Scrape(task, False, error=f"The metrics {_source(job)} failed: {reason}", took_ms=took_ms)
+        reason = err.decode(errors="replace").strip()[-300:] or gettext("exit code %(code)s") % {
+            "code": result.exit_code
+        }
+        return Scrape(task, False, error=_failed(job, reason), took_ms=took_ms)
     samples, types, problems = parse(out.decode(errors="replace"))
     truncated = result.truncated or len(samples) > MAX_SAMPLES
     scrape = Scrape(task, True, samples[:MAX_SAMPLES], types, took_ms=took_ms, truncated=truncated)
     if problems and not samples:
-        scrape.ok, scrape.error = False, f"Not Prometheus text: {problems[0]}"
+        scrape.ok, scrape.error = False, gettext("Not Prometheus text: %(problem)s") % {"problem": problems[0]}
     elif problems:
-        scrape.error = f"{len(problems)} line(s) skipped, e.g. {problems[0]}"
+        message = gettext("%(count)s line(s) skipped, e.g. %(problem)s")
+        scrape.error = message % {"count": len(problems), "problem": problems[0]}
     return scrape
 
 
-def _source(job: TrainingJob) -> str:
+def _failed(job: TrainingJob, reason: str) -> str:
+    """Why a scrape failed, in the language of the page or request that asked (scrapes run then)."""
     if job.metrics_mode == TrainingJob.MetricsMode.COMMAND:
-        return f"command '{job.metrics_command}'"
-    return f"URL http://127.0.0.1:{job.metrics_port}{job.metrics_path}"
+        message = gettext("The metrics command '%(command)s' failed: %(reason)s")
+        return message % {"command": job.metrics_command, "reason": reason}
+    message = gettext("The metrics URL %(url)s failed: %(reason)s")
+    return message % {"url": f"http://127.0.0.1:{job.metrics_port}{job.metrics_path}", "reason": reason}
 
 
 def scrape_job(job: TrainingJob) -> list[Scrape]:

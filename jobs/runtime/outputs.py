@@ -54,10 +54,12 @@ def log_retention_s() -> float:
 
 def duration_text(seconds: float) -> str:
     """30 days, 1 day, 6 hours, 5 seconds: the largest whole unit."""
-    for size, unit in ((86400, "day"), (3600, "hour"), (60, "minute"), (1, "second")):
+    # Whole words per count, each a template of jobs/stored_texts.py (a page shows them translated).
+    units = ((86400, "1 day", "{} days"), (3600, "1 hour", "{} hours"), (60, "1 minute", "{} minutes"))
+    for size, one, many in (*units, (1, "1 second", "{} seconds")):
         if seconds >= size and seconds % size == 0:
             count = int(seconds // size)
-            return f"{count} {unit}{'s' if count != 1 else ''}"
+            return one if count == 1 else many.format(count)
     return f"{seconds:g} seconds"
 
 

@@ -150,8 +150,17 @@ def healthy_hosts(job: TrainingJob, *, for_recovery: bool = False, avoid: set[in
 def no_host_reason(job: TrainingJob) -> str:
     isolated = list(scope_hosts(job).filter(isolated=True).values_list("name", "isolation_reason"))
     detail = "; ".join(f"{name} isolated: {reason}" for name, reason in isolated)
-    where = f" of {scope_name(job)}" if job.dedicated else ""
-    return f"Waiting for a healthy Docker host{where}" + (f" ({detail})" if detail else ": none is enabled.")
+    # Whole sentences, each a template of jobs/stored_texts.py (a page shows them translated).
+    if job.dedicated:
+        scope = scope_name(job)
+        if detail:
+            return f"Waiting for a healthy Docker host of {scope} ({detail})"
+        return f"Waiting for a healthy Docker host of {scope}: none is enabled."
+    return (
+        f"Waiting for a healthy Docker host ({detail})"
+        if detail
+        else "Waiting for a healthy Docker host: none is enabled."
+    )
 
 
 def request_of(job: TrainingJob, count: int | None = None) -> Request:

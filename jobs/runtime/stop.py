@@ -31,7 +31,8 @@ RELEASED = {retained: ended for ended, retained in RETAINED.items()}
 
 def finish(job: TrainingJob, phase: str, reason: str) -> None:
     """End the job; with retention a Completed or Failed job keeps its containers (SPEC §3)."""
-    message = reason or f"The job {phase.lower()}."
+    # Whole sentences (not "The job {phase}."): jobs/stored_texts.py translates them on a page.
+    message = reason or ENDED_MESSAGES.get(phase, f"The job {phase.lower()}.")
     if phase in RETAINED and keeps_containers(job):
         note = retention_note(job.retention_hours)
         phase, reason, message = RETAINED[phase], f"{reason} {note}".strip(), f"{message} {note}"
@@ -47,16 +48,22 @@ def finish(job: TrainingJob, phase: str, reason: str) -> None:
 
 
 # -- auto stop and retention (SPEC §3 "more settings") -------------------------------
-AUTO_STOP_REASON = "Auto stopped after {hours} hour{s} of running."
 STOPPED_BY_USER = "Stopped by the user."
+ENDED_MESSAGES = {
+    Phase.COMPLETED: "The job completed.",
+    Phase.FAILED: "The job failed.",
+    Phase.TERMINATED: "The job terminated.",
+}
 
 
 def hours_text(hours: int) -> str:
-    return f"{hours} hour{'s' if hours != 1 else ''}"
+    return "1 hour" if hours == 1 else f"{hours} hours"
 
 
 def auto_stop_reason(hours: int) -> str:
-    return AUTO_STOP_REASON.format(hours=hours, s="s" if hours != 1 else "")
+    if hours == 1:
+        return "Auto stopped after 1 hour of running."
+    return f"Auto stopped after {hours} hours of running."
 
 
 def stop_reason(job: TrainingJob) -> str:
@@ -92,11 +99,14 @@ def release_retained(job_id) -> bool:
         return False
     for attempt_id in job.attempts.values_list("id", flat=True):
         remove_attempt_containers(attempt_id)
-    why = "when the user stopped the job" if job.terminate_requested else f"after {hours_text(job.retention_hours)}"
     reason = job.phase_reason.removesuffix(retention_note(job.retention_hours)).strip()
+    if job.terminate_requested:
+        reason = f"{reason} Containers removed when the user stopped the job."
+    else:
+        reason = f"{reason} Containers removed after {hours_text(job.retention_hours)}."
     with transaction.atomic():
         released = TrainingJob.objects.filter(id=job.id, phase=job.phase).update(
-            phase=RELEASED[job.phase], phase_reason=f"{reason} Containers removed {why}.".strip()
+            phase=RELEASED[job.phase], phase_reason=reason.strip()
         )
         if released:
             announce(job.id)

@@ -15,6 +15,7 @@ from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils.translation import gettext
 from django.views.decorators.http import require_http_methods
 from rest_framework.authtoken.models import Token
 
@@ -31,7 +32,7 @@ def api_token(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         action = request.POST.get("action", "")
         if action not in ACTIONS:
-            error = f"Unknown action '{action[:32]}': rotate or revoke."
+            error = gettext("Unknown action '%(action)s': rotate or revoke.") % {"action": action[:32]}
         else:
             with transaction.atomic():
                 # The user's row is locked first: two rotations at once leave exactly one token.

@@ -18,6 +18,7 @@ from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
+from django.utils.translation import gettext
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -68,7 +69,7 @@ def job_create(request: HttpRequest) -> HttpResponse:
         if form_errors:
             form = _bound(request, data)
             return _render(request, form, current, extra_errors={"env_file": form_errors})
-        notice = "Env vars imported."
+        notice = gettext("Env vars imported.")
     return _render(request, _bound(request, data), current, notice=notice)
 
 
@@ -110,12 +111,12 @@ def _start(request: HttpRequest) -> HttpResponse:
         try:
             copy_of = uuid.UUID(request.GET["copy"])
         except ValueError:
-            raise Http404("No job with that id.") from None
+            raise Http404(gettext("No job with that id.")) from None
         source = get_object_or_404(visible_jobs(request.user), id=copy_of)
         initial = copy_initial(source)
-        notice = f"Copied from {source.name}."
+        notice = gettext("Copied from %(name)s.") % {"name": source.name}
         if any(e.get("sensitive") for e in source.environments or []):
-            notice += " Sensitive env var values are not copied: enter them again."
+            notice += " " + gettext("Sensitive env var values are not copied: enter them again.")
     form = JobCreateForm(user=request.user, template=template, initial=initial)
     scenario = request.GET.get("scenario", "")
     if scenario in wizard.SCENARIO_BY_SLUG:
@@ -146,7 +147,7 @@ def _apply_template(data: QueryDict) -> str:
     values["preset_image"] = values.get("preset_image") or ""
     wizard.apply_values(data, {k: ("" if val is None else val) for k, val in values.items()})
     wizard.set_rows(data, "environments", rows)
-    return f"Filled from the preset template {template.name}."
+    return gettext("Filled from the preset template %(name)s.") % {"name": template.name}
 
 
 def _apply_scenario(data: QueryDict) -> str:
@@ -154,14 +155,15 @@ def _apply_scenario(data: QueryDict) -> str:
     if scenario is None:
         return ""
     wizard.apply_values(data, scenario.values)
-    return f"High availability set as recommended for {scenario.title.lower()} training; see its checklist."
+    message = gettext("High availability set as recommended for %(scenario)s training; see its checklist.")
+    return message % {"scenario": str(scenario.title).lower()}
 
 
 def _import_env(request: HttpRequest, data: QueryDict) -> list[str]:
     """Append the uploaded file's KEY=VALUE lines to the env var rows; all or nothing."""
     upload = request.FILES.get("env_file")
     if upload is None:
-        return ["Choose a file of KEY=VALUE lines first."]
+        return [gettext("Choose a file of KEY=VALUE lines first.")]
     current = JobCreateForm.base_fields["environments"].to_python(
         JobCreateForm.base_fields["environments"].widget.value_from_datadict(data, None, "environments")
     )

@@ -9,13 +9,14 @@ from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.template.loader import render_to_string
 from django.utils import timezone
+from django.utils.translation import gettext, ngettext, pgettext_lazy
 from django.views.decorators.http import require_POST
 
-from jobs import resource_charts, whatif
+from jobs import labels, resource_charts, whatif
 from jobs.access import visible_jobs
 from jobs.goodput import job_goodput
 from jobs.models import Attempt, TrainingJob
-from jobs.runtime import logreading, metrics, outputs, stop
+from jobs.runtime import logreading, metrics, outputs, ssh, stop
 from jobs.views.wizard_review import job_configuration
 
 TABS = ("overview", "logs", "recovery", "attempts", "events", "metrics", "resources")
@@ -104,12 +105,12 @@ def _duration_text(delta: timedelta | None) -> str:
         return ""
     seconds = max(0.0, delta.total_seconds())
     if seconds < 60:
-        return f"{seconds:.2f} s"
+        return gettext("%(seconds)s s") % {"seconds": f"{seconds:.2f}"}
     minutes, seconds = divmod(round(seconds), 60)
     if minutes < 60:
-        return f"{minutes} min {seconds} s"
+        return gettext("%(minutes)s min %(seconds)s s") % {"minutes": minutes, "seconds": seconds}
     hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes} min"
+    return gettext("%(hours)s h %(minutes)s min") % {"hours": hours, "minutes": minutes}
 
 
 # -- timeline --------------------------------------------------------------------------------------
@@ -171,7 +172,24 @@ class Timeline:
     @property
     def label(self) -> str:
         n = len(self.lanes)
-        return f"Timeline of {n} attempt{'s' if n != 1 else ''} from {_clock(self.start)} to {_clock(self.end)}"
+        text = ngettext(
+            "Timeline of %(count)s attempt from %(start)s to %(end)s",
+            "Timeline of %(count)s attempts from %(start)s to %(end)s",
+            n,
+        )
+        return text % {"count": n, "start": _clock(self.start), "end": _clock(self.end)}
+
+
+# The words of a timeline segment's tooltip, by its kind (the kinds are also CSS classes).
+_SEGMENT_WORDS = {
+    "starting": pgettext_lazy("timeline", "starting"),
+    "restarting": pgettext_lazy("timeline", "restarting"),
+    "running": pgettext_lazy("timeline", "running"),
+    "ended": pgettext_lazy("timeline", "ended"),
+    "completed": pgettext_lazy("timeline", "completed"),
+    "failed": pgettext_lazy("timeline", "failed"),
+    "terminated": pgettext_lazy("timeline", "terminated"),
+}
 
 
 def _clock(moment: datetime, with_date: bool = False) -> str:
@@ -236,19 +254,22 @@ def build_timeline(job: TrainingJob, attempts: list[Attempt], recoveries: list, 
             text_y=y + row_h // 2 + 4,
         )
         lane_y[attempt.id] = y + row_h // 2
-        name = f"Attempt {attempt.number} ({attempt.level} level)" if attempt.level != "initial" else "Attempt 1"
+        if attempt.level != "initial":
+            level = labels.label("level", attempt.level)
+            name = gettext("Attempt %(number)s (%(level)s level)") % {"number": attempt.number, "level": level}
+        else:
+            name = gettext("Attempt 1")
         gap_end = running_from or until
         if running_from is None or running_from > waiting_from:
             kind = "starting" if attempt.level == "initial" else "restarting"
-            lane.segments.append(
-                Segment(
-                    kind,
-                    x(waiting_from),
-                    max(x(gap_end) - x(waiting_from), 0.15),
-                    f"{name}: {kind} {_clock(waiting_from)} – {_clock(gap_end)} "
-                    f"({_duration_text(gap_end - waiting_from)})",
-                )
-            )
+            title = gettext("%(name)s: %(kind)s %(start)s – %(end)s (%(took)s)") % {
+                "name": name,
+                "kind": _SEGMENT_WORDS[kind],
+                "start": _clock(waiting_from),
+                "end": _clock(gap_end),
+                "took": _duration_text(gap_end - waiting_from),
+            }
+            lane.segments.append(Segment(kind, x(waiting_from), max(x(gap_end) - x(waiting_from), 0.15), title))
         if running_from is not None:
             kind = {
                 Attempt.Outcome.SUCCEEDED: "completed",
@@ -256,27 +277,29 @@ def build_timeline(job: TrainingJob, attempts: list[Attempt], recoveries: list, 
                 Attempt.Outcome.TERMINATED: "terminated",
             }.get(attempt.outcome, "running")
             shown = "ended" if kind == "running" and attempt.state == Attempt.State.ENDED else kind
-            ends = "now" if attempt.state != Attempt.State.ENDED else _clock(until)
-            lane.segments.append(
-                Segment(
-                    kind,
-                    x(running_from),
-                    max(x(until) - x(running_from), 0.4),
-                    f"{name}: {shown}, ran {_clock(running_from)} – {ends} ({_duration_text(until - running_from)})",
-                )
-            )
+            ends = gettext("now") if attempt.state != Attempt.State.ENDED else _clock(until)
+            title = gettext("%(name)s: %(kind)s, ran %(start)s – %(end)s (%(took)s)") % {
+                "name": name,
+                "kind": _SEGMENT_WORDS[shown],
+                "start": _clock(running_from),
+                "end": ends,
+                "took": _duration_text(until - running_from),
+            }
+            lane.segments.append(Segment(kind, x(running_from), max(x(until) - x(running_from), 0.4), title))
         elif attempt.state == Attempt.State.ENDED:  # never ran: could not start, or stopped while starting
             kind = "terminated" if attempt.outcome == Attempt.Outcome.TERMINATED else "failed"
-            lane.segments.append(Segment(kind, x(until), 0.4, f"{name}: {kind} before it ran ({_clock(until)})"))
+            title = gettext("%(name)s: %(kind)s before it ran (%(at)s)") % {
+                "name": name,
+                "kind": _SEGMENT_WORDS[kind],
+                "at": _clock(until),
+            }
+            lane.segments.append(Segment(kind, x(until), 0.4, title))
         if attempt is last_attempt and waiting_after:
-            lane.segments.append(
-                Segment(
-                    "restarting",
-                    x(until),
-                    max(x(now) - x(until), 0.15),
-                    f"Waiting to restart since {_clock(until)} ({_duration_text(now - until)})",
-                )
-            )
+            title = gettext("Waiting to restart since %(since)s (%(took)s)") % {
+                "since": _clock(until),
+                "took": _duration_text(now - until),
+            }
+            lane.segments.append(Segment("restarting", x(until), max(x(now) - x(until), 0.15), title))
         lanes.append(lane)
 
     markers = []
@@ -285,15 +308,23 @@ def build_timeline(job: TrainingJob, attempts: list[Attempt], recoveries: list, 
             continue
         y = lane_y[record.failed_attempt_id]
         nxt = by_id.get(record.next_attempt_id)
-        decision = f"restart, {record.level} level" if record.restart else "the job ends"
+        if record.restart:
+            decision = gettext("restart, %(level)s level") % {"level": labels.label("level", record.level)}
+        else:
+            decision = gettext("the job ends")
+        title = gettext("%(at)s %(failure_class)s in attempt %(number)s: %(decision)s") % {
+            "at": _clock(record.detected_at),
+            "failure_class": labels.label("failure_class", record.failure_class),
+            "number": by_id[record.failed_attempt_id].number,
+            "decision": decision,
+        }
         markers.append(
             Marker(
                 x=x(record.detected_at),
                 y=y,
                 y2=lane_y[nxt.id] if nxt is not None else y,
                 failure_class=record.failure_class,
-                title=f"{_clock(record.detected_at)} {record.failure_class} in attempt "
-                f"{by_id[record.failed_attempt_id].number}: {decision}",
+                title=title,
             )
         )
 
@@ -351,6 +382,8 @@ def job_detail(request, job_id):
         context["scrapes"] = metrics.scrape_job(job)
     if tab == "resources":
         context |= resource_charts.page_context(job)
+    if tab == "attempts" and job.ssh_remote:
+        context["ssh_host_key"] = ssh.host_public_key(job)
     if request.htmx and not request.htmx.boosted:
         return render(request, f"jobs/_tab_{tab}.html", context)
     return render(request, "jobs/job_detail.html", context)

@@ -29,16 +29,20 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_GET, require_POST
 
 from jobs import storage
 from jobs import validators as v
+from jobs.i18n import lazy_fill
 
 MAX_ROWS = 1000  # a folder with more entries shows the first ones (folders first, by name)
 PICK_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")  # becomes part of an element id: #id_<field>
-SUFFIX_RULE = (
-    f"only {' '.join(storage.EDITABLE_SUFFIXES)} files can be edited and "
-    f"{' '.join(storage.VIEWABLE_SUFFIXES)} files viewed here"
+SUFFIX_RULE = lazy_fill(
+    _("only %(editable)s files can be edited and %(viewable)s files viewed here"),
+    editable=" ".join(storage.EDITABLE_SUFFIXES),
+    viewable=" ".join(storage.VIEWABLE_SUFFIXES),
 )
 
 
@@ -62,9 +66,10 @@ class Row:
 class Refused(Exception):
     """A request the browser answers with a message instead of content (400 or 404)."""
 
-    def __init__(self, message: str, status: int = 400):
+    def __init__(self, message: str, status: int = 400, *, says_not_saved: bool = False):
         super().__init__(message)
-        self.message, self.status = message, status
+        # says_not_saved: the message is a save's whole answer ("Not saved: ..."), not a reason for one.
+        self.message, self.status, self.says_not_saved = message, status, says_not_saved
 
 
 # -- helpers -------------------------------------------------------------------------------------------------------
@@ -88,7 +93,7 @@ def _normal(url: str, is_dir: bool) -> str:
 
 def _crumbs(url: str, pick: str) -> list[Crumb]:
     """'Buckets' then each folder of `url` (a folder or a file); the last one is the current place."""
-    crumbs = [Crumb("Buckets", _href(pick=pick))]
+    crumbs = [Crumb(gettext("Buckets"), _href(pick=pick))]
     if not url:
         return crumbs
     bucket, parts = _parts(url)
@@ -128,9 +133,10 @@ def _refuse_foreign(url: str, allowed: set[str]) -> None:
     except storage.StorageError as exc:
         raise Refused(str(exc)) from None
     if bucket not in allowed:
-        raise Refused(
-            f"Bucket '{bucket}' is not one of your workspaces': ask an operator to grant it to your workspace.", 404
+        message = gettext(
+            "Bucket '%(bucket)s' is not one of your workspaces': ask an operator to grant it to your workspace."
         )
+        raise Refused(message % {"bucket": bucket}, 404)
 
 
 def _buckets(pick: str, allowed: set[str]) -> list[Row]:
@@ -170,11 +176,12 @@ def _file(url: str, path: Path) -> dict:
     size = path.stat().st_size
     info = {"kind": kind, "size": storage.human_bytes(size), "modified": _modified(path), "problem": ""}
     if kind == "none":
-        info["problem"] = f"This file is listed but cannot be opened: {SUFFIX_RULE}."
+        info["problem"] = gettext("This file is listed but cannot be opened: %(rule)s.") % {"rule": SUFFIX_RULE}
         return info
     if size > storage.MAX_TEXT_BYTES:
         limit = storage.human_bytes(storage.MAX_TEXT_BYTES)
-        info["problem"] = f"This file is {info['size']}, larger than the {limit} the browser opens."
+        message = gettext("This file is %(size)s, larger than the %(limit)s the browser opens.")
+        info["problem"] = message % {"size": info["size"], "limit": limit}
         info["kind"] = "none"
         return info
     data = path.read_bytes()
@@ -185,7 +192,9 @@ def _file(url: str, path: Path) -> dict:
         text = data.decode("utf-8", errors="replace")
         if kind == "edit":
             kind = "view"
-            info["problem"] = "This file is not UTF-8 text: it is shown read-only so that saving cannot damage it."
+            info["problem"] = gettext(
+                "This file is not UTF-8 text: it is shown read-only so that saving cannot damage it."
+            )
     info |= {"kind": kind, "text": text, "version": _version(data), "newline": "crlf" if b"\r\n" in data else "lf"}
     return info
 
@@ -216,11 +225,11 @@ def _browse(url: str, pick: str, allowed: set[str]) -> dict:
             name = _parts(url)[1][-1]  # a file is never a bucket: it has a last part
             context |= {"mode": "file", "file": _file(url, path), "name": name, "max_bytes": storage.MAX_TEXT_BYTES}
         else:
-            raise Refused(f"'{url}' does not exist in object storage.", 404)
+            raise Refused(gettext("'%(url)s' does not exist in object storage.") % {"url": url}, 404)
     except storage.StorageError as exc:
         raise Refused(str(exc)) from None
     except OSError as exc:  # unreadable, a name the file system refuses, ...
-        raise Refused(f"Cannot read '{url}': {exc.strerror or exc}.") from None
+        raise Refused(gettext("Cannot read '%(url)s': %(why)s.") % {"url": url, "why": exc.strerror or exc}) from None
     parent = _parent(url)
     return context | {"url": url, "crumbs": _crumbs(url, pick), "parent_href": _href(parent, pick)}
 
@@ -248,7 +257,7 @@ def _login_required(view: Callable[[HttpRequest], HttpResponse]) -> Callable[[Ht
         if request.user.is_authenticated or not request.htmx:
             return plain(request)
         login = redirect_to_login(request.htmx.current_url or reverse("storage-browser")).url
-        message = "Your session has ended: log in again (in another tab, to keep this page), then retry."
+        message = gettext("Your session has ended: log in again (in another tab, to keep this page), then retry.")
         if request.method == "POST":
             save = {"message": message, "ok": False, "login_href": login}
             return _respond(request, "storage/_save_status.html", {"save": save}, 401)
@@ -268,7 +277,8 @@ def storage_browser(request: HttpRequest) -> HttpResponse:
     partial = bool(pick) or _partial(request)
     template = "storage/_browser.html" if partial else "storage/browser.html"
     if pick and not PICK_FIELD.fullmatch(pick):
-        return _respond(request, template, {"error": f"Not a form field name: '{pick}'.", "crumbs": []}, 400)
+        error = gettext("Not a form field name: '%(pick)s'.") % {"pick": pick}
+        return _respond(request, template, {"error": error, "crumbs": []}, 400)
     allowed = storage.buckets_of(request.user)
     try:
         context = _browse(url, pick, allowed)
@@ -300,32 +310,45 @@ def storage_save(request: HttpRequest) -> HttpResponse:
         _refuse_foreign(url, allowed)  # before the disk is touched: nothing is read or written
         path = storage.local_path(url)
         if not storage.can_edit(url):
-            raise Refused(f"Not saved: '{url}' cannot be edited; {SUFFIX_RULE}.")
+            message = gettext("Not saved: '%(url)s' cannot be edited; %(rule)s.")
+            raise Refused(message % {"url": url, "rule": SUFFIX_RULE}, says_not_saved=True)
         if len(data) > storage.MAX_TEXT_BYTES:
             limit = storage.human_bytes(storage.MAX_TEXT_BYTES)
             size = storage.human_bytes(len(data))
-            raise Refused(f"Not saved: the text is {size}; at most {limit} can be saved from the editor.", 413)
+            message = gettext("Not saved: the text is %(size)s; at most %(limit)s can be saved from the editor.")
+            raise Refused(message % {"size": size, "limit": limit}, 413, says_not_saved=True)
         try:
             current = path.read_bytes()
         except FileNotFoundError:
             current = None
         if post.get("overwrite") != "1" and (current is None or _version(current) != post.get("version")):
-            what = "was deleted" if current is None else "was changed by someone else"
-            raise Refused(
-                f"Not saved: '{url}' {what} since you opened it. Your text is still here: "
-                f"reload the file to see the other version (copy your changes first), or overwrite it.",
-                409,
-            )
+            if current is None:
+                message = gettext(
+                    "Not saved: '%(url)s' was deleted since you opened it. Your text is still here: "
+                    "reload the file to see the other version (copy your changes first), or overwrite it."
+                )
+            else:
+                message = gettext(
+                    "Not saved: '%(url)s' was changed by someone else since you opened it. Your text is still here: "
+                    "reload the file to see the other version (copy your changes first), or overwrite it."
+                )
+            raise Refused(message % {"url": url}, 409, says_not_saved=True)
         storage.write_text(url, text)
     except Refused as exc:
-        message = exc.message if exc.message.startswith("Not saved") else f"Not saved: {exc.message}"
+        message = exc.message if exc.says_not_saved else gettext("Not saved: %(why)s") % {"why": exc.message}
         return _save_answer(request, allowed, partial, url, text, message, exc.status)
     except storage.StorageError as exc:
-        return _save_answer(request, allowed, partial, url, text, f"Not saved: {exc}", 400)
+        message = gettext("Not saved: %(why)s") % {"why": exc}
+        return _save_answer(request, allowed, partial, url, text, message, 400)
     except OSError as exc:
-        return _save_answer(request, allowed, partial, url, text, f"Not saved: {exc.strerror or exc}.", 400)
+        message = gettext("Not saved: %(why)s.") % {"why": exc.strerror or exc}
+        return _save_answer(request, allowed, partial, url, text, message, 400)
     at = datetime.now(UTC).strftime("%H:%M:%S UTC")
-    message = f"Saved {url} ({storage.human_bytes(len(data))}) at {at}."
+    message = gettext("Saved %(url)s (%(size)s) at %(at)s.") % {
+        "url": url,
+        "size": storage.human_bytes(len(data)),
+        "at": at,
+    }
     return _save_answer(request, allowed, partial, url, text, message, 200, version=_version(data))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from django import forms
+from django.utils.translation import gettext
 
 from jobs import wizard
 from jobs.api.representations import request_body
@@ -16,9 +17,9 @@ def display_value(bound_field) -> str | list[str]:
     field = bound_field.field
     value = bound_field.value()
     if isinstance(field.widget, forms.CheckboxInput):
-        return "On" if value else "Off"
+        return gettext("On") if value else gettext("Off")
     if bound_field.name == "hang_window_s" and value in (None, "", 0, "0"):
-        return "Platform default"
+        return gettext("Platform default")
     if value in (None, "", [], ()):
         return ""
     if isinstance(value, list) and value and isinstance(value[0], dict):

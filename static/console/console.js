@@ -173,7 +173,7 @@ document.addEventListener("htmx:afterSwap", function (event) {
     if (copyButton) {
       const source = document.querySelector(copyButton.dataset.copy);
       if (source && navigator.clipboard) {
-        navigator.clipboard.writeText(source.textContent).then(function () { copyButton.textContent = "Copied"; });
+        navigator.clipboard.writeText(source.textContent).then(function () { copyButton.textContent = window.gettext ? window.gettext("Copied") : "Copied"; });
       }
     }
   });

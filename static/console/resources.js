@@ -5,10 +5,13 @@
 // between attempts); uPlot.join fills the times of other instances with undefined, which it spans.
 (function () {
   "use strict";
+  // The page's language (djangojs.po, the catalog script in base.html); English without it.
+  function gettext(s) { return window.gettext ? window.gettext(s) : s; }
+  function fill(s, o) { return s.replace(/%\((\w+)\)s/g, function (m, k) { return o[k]; }); }
   const COLORS = ["#1456f0", "#c02b2b", "#1a7f37", "#b26b00", "#7b3fe4", "#0f8b8d", "#d4477b", "#5a6473"];
   const METRICS = [
-    { key: "cpu", title: "CPU", unit: "cores", limit: "cpu_limit", digits: 2 },
-    { key: "memory", title: "Memory", unit: "MB", limit: "memory_limit_mb", digits: 1 },
+    { key: "cpu", title: gettext("CPU"), unit: gettext("cores"), limit: "cpu_limit", digits: 2 },
+    { key: "memory", title: gettext("Memory"), unit: "MB", limit: "memory_limit_mb", digits: 1 },
     { key: "gpu", title: "GPU", unit: "%", limit: null, digits: 1, only: "gpu" },
   ];
   let built = null; // {host, charts: {key: uPlot}, shape}
@@ -61,7 +64,8 @@
 
   function caption(data, metric) {
     const limit = metric.limit ? data[metric.limit] : null;
-    return metric.title + " (" + metric.unit + (limit ? ", limit " + limit + " " + metric.unit : "") + ")";
+    if (!limit) return fill(gettext("%(title)s (%(unit)s)"), { title: metric.title, unit: metric.unit });
+    return fill(gettext("%(title)s (%(unit)s, limit %(limit)s %(unit)s)"), { title: metric.title, unit: metric.unit, limit: limit });
   }
 
   function options(data, metric, width) {
@@ -77,7 +81,7 @@
     });
     if (limitLine(data, metric)) {
       series.push({
-        label: "limit",
+        label: gettext("limit"),
         stroke: "#646a73",
         dash: [6, 4],
         width: 1,
@@ -105,7 +109,7 @@
       figure.className = "resource-chart";
       figure.dataset.metric = metric.key;
       figure.setAttribute("role", "img");
-      figure.setAttribute("aria-label", metric.title + " per instance over time, in " + metric.unit);
+      figure.setAttribute("aria-label", fill(gettext("%(title)s per instance over time, in %(unit)s"), { title: metric.title, unit: metric.unit }));
       const title = document.createElement("figcaption");
       title.textContent = caption(data, metric);
       figure.appendChild(title);

@@ -13,6 +13,9 @@
   window.consoleStorageBrowser = true;
 
   const AREA = ".storage-browser, .storage-dialog";
+  // The page's language (djangojs.po, base.html's catalog); English without it.
+  function gettext(s) { return window.gettext ? window.gettext(s) : s; }
+  function fill(s, o) { return s.replace(/%\((\w+)\)s/g, function (m, k) { return o[k]; }); }
 
   function requestElt(detail) {
     return (detail.requestConfig && detail.requestConfig.elt) || detail.elt;
@@ -51,11 +54,11 @@
     // Not our answer (e.g. the CSRF check's 400, a 500): keep the text and say so.
     detail.shouldSwap = false;
     const form = editorOf(elt);
-    if (form) sayInEditor(form, "Not saved: the server answered " + detail.xhr.status + ". Your text is still here.");
+    if (form) sayInEditor(form, fill(gettext("Not saved: the server answered %(status)s. Your text is still here."), { status: detail.xhr.status }));
   });
   document.body.addEventListener("htmx:sendError", function (event) {
     const form = editorOf(requestElt(event.detail));
-    if (form) sayInEditor(form, "Not saved: the server could not be reached. Your text is still here.");
+    if (form) sayInEditor(form, gettext("Not saved: the server could not be reached. Your text is still here."));
   });
 
   // -- the editor ----------------------------------------------------------------------------------
@@ -67,8 +70,10 @@
     const bytes = new TextEncoder().encode(text).length;
     if (max && bytes > max) {
       event.preventDefault();
-      sayInEditor(form, "Not saved: the text is " + (bytes / 1048576).toFixed(1) + " MB; at most " +
-        (max / 1048576).toFixed(0) + " MB can be saved from the editor.");
+      sayInEditor(form, fill(gettext("Not saved: the text is %(size)s MB; at most %(max)s MB can be saved from the editor."), {
+        size: (bytes / 1048576).toFixed(1),
+        max: (max / 1048576).toFixed(0),
+      }));
     }
   });
   document.body.addEventListener("input", function (event) {
@@ -87,7 +92,7 @@
     const elt = event.detail.elt;
     if (!inArea(elt) || editorOf(elt) || !unsaved()) return;
     event.preventDefault();
-    if (window.confirm("Leave without saving? Your changes to this file are not saved.")) event.detail.issueRequest(true);
+    if (window.confirm(gettext("Leave without saving? Your changes to this file are not saved."))) event.detail.issueRequest(true);
   });
   window.addEventListener("beforeunload", function (event) {
     if (unsaved()) event.preventDefault();
@@ -104,8 +109,9 @@
     d.innerHTML =
       '<div class="storage-dialog-inner">' +
       '<div class="storage-dialog-head"><h2 id="storage-dialog-title">Choose a folder</h2>' +
-      '<button type="button" data-storage-close>Cancel</button></div>' +
+      '<button type="button" data-storage-close></button></div>' +
       '<div class="storage-dialog-body"></div></div>';
+    d.querySelector("[data-storage-close]").textContent = gettext("Cancel");
     document.body.appendChild(d);
     // A click on the backdrop lands on the <dialog> itself (the inner box fills it): close.
     d.addEventListener("click", function (event) {
@@ -127,9 +133,12 @@
     if (value.startsWith("obs://")) params.set("path", value); // else: start at the bucket list
     const d = dialog();
     const label = labelOf(input);
-    d.querySelector("#storage-dialog-title").textContent = label ? "Choose a folder for " + label : "Choose a folder";
+    d.querySelector("#storage-dialog-title").textContent = label
+      ? fill(gettext("Choose a folder for %(field)s"), { field: label })
+      : gettext("Choose a folder");
     const body = d.querySelector(".storage-dialog-body");
-    body.innerHTML = '<p class="hint">Loading…</p>';
+    body.innerHTML = '<p class="hint"></p>';
+    body.firstChild.textContent = gettext("Loading…");
     if (!d.open) d.showModal();
     htmx.ajax("GET", (opener.dataset.storageUrl || "/storage/") + "?" + params.toString(), {
       target: body,

@@ -8,11 +8,22 @@
   if (!host) return;
   const TerminalClass = window.Terminal.Terminal || window.Terminal;
   const FitClass = window.FitAddon.FitAddon || window.FitAddon;
-  const CLOSED = {
-    4403: "Closed: you may not (or no longer) use this job's terminal.",
-    4410: "The instance ended: the terminal is closed.",
-    4502: "The shell could not be started in the instance.",
-  };
+  // The page's language (djangojs.po, base.html's catalog), looked up when a text is shown: this
+  // script runs before the deferred catalog. English without it.
+  function gettext(s) { return window.gettext ? window.gettext(s) : s; }
+  function fill(s, o) { return s.replace(/%\((\w+)\)s/g, function (m, k) { return o[k]; }); }
+  function closedText(code) {
+    if (code === 4403) return gettext("Closed: you may not (or no longer) use this job's terminal.");
+    if (code === 4410) return gettext("The instance ended: the terminal is closed.");
+    if (code === 4502) return gettext("The shell could not be started in the instance.");
+    return "";
+  }
+  // jobs/terminal.py's reasons, in the page's language (any other is shown as it came).
+  function reasonText(why) {
+    if (why === "the instance ended") return gettext("the instance ended");
+    if (why === "the shell ended") return gettext("the shell ended");
+    return why;
+  }
 
   const term = new TerminalClass({
     cursorBlink: true,
@@ -42,7 +53,7 @@
   }
 
   ws.onopen = function () {
-    say("Connected.", "open");
+    say(gettext("Connected."), "open");
     sendSize();
     term.focus();
   };
@@ -59,9 +70,11 @@
   };
   ws.onclose = function (event) {
     const text =
-      CLOSED[event.code] && !(ended && event.code === 4403)
-        ? CLOSED[event.code]
-        : "The terminal is closed" + (ended ? ": " + ended + "." : ".");
+      closedText(event.code) && !(ended && event.code === 4403)
+        ? closedText(event.code)
+        : ended
+          ? fill(gettext("The terminal is closed: %(why)s."), { why: reasonText(ended) })
+          : gettext("The terminal is closed.");
     say(text, "closed");
     host.classList.add("terminal-closed");
     term.write("\r\n\x1b[2m[" + text + "]\x1b[0m\r\n\x1b[?25l"); // and no cursor
