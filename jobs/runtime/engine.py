@@ -22,19 +22,14 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import os
-import shutil
-import stat
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import docker
 import requests
-from django.conf import settings
 
 log = logging.getLogger(__name__)
 
@@ -98,100 +93,19 @@ CONSOLE_MOUNTS = {TOOLS_MOUNT: False, CONTROL_MOUNT: True}
 ROOT_USER = "0:0"
 MA_USER = "1000:1000"
 
-_tools_lock = threading.Lock()
-
-
-class ToolsMissing(RuntimeError):
-    """No static busybox to give the containers (setup.sh installs Debian's busybox-static)."""
-
-
-def runtime_tools_dir() -> Path:
-    """The host folder bound at /.console/bin: the console's static busybox, copied once from
-    settings.STATIC_BUSYBOX. With several Docker hosts this path must exist on each (as the
-    job data root does)."""
-    folder = Path(settings.RUNTIME_TOOLS_DIR)
-    target = folder / "busybox"
-    if target.is_file():
-        return folder
-    with _tools_lock:
-        if target.is_file():
-            return folder
-        source = Path(settings.STATIC_BUSYBOX)
-        if not source.is_file():
-            raise ToolsMissing(
-                f"{source} is missing: install Debian's busybox-static (scripts/setup.sh does) "
-                "or set CONSOLE_STATIC_BUSYBOX to a statically linked busybox."
-            )
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".busybox.{os.getpid()}.{threading.get_ident()}"
-        shutil.copyfile(source, tmp)
-        tmp.chmod(0o755)
-        os.replace(tmp, target)
-    return folder
-
-
-# -- the control dir -----------------------------------------------------------------------------------
-def control_root() -> Path:
-    return Path(settings.CONTROL_ROOT)
-
-
-def control_dir(job_id, container_name: str) -> Path:
-    return control_root() / str(job_id) / container_name
-
-
-def make_control_dir(job_id, container_name: str) -> Path:
-    """Create the container's control dir: owned by the console's user, 0755. The launcher
-    (root in the container) writes into it; the job's uid 1000 can only read it."""
-    if os.geteuid() == 1000:
-        # The job's processes are uid 1000: a control dir of that owner would be theirs to write.
-        raise ToolsMissing("the console runs as uid 1000, the jobs' user: run it as root or another service user")
-    path = control_dir(job_id, container_name)
-    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    try:
-        path.mkdir(mode=0o755)
-    except FileExistsError:
-        if path.is_symlink() or not path.is_dir():
-            raise
-    path.chmod(0o755)
-    return path
-
-
-CONTROL_FILE_MAX_BYTES = 4096
-
-
-def read_control_file(job_id, container_name: str, name: str) -> str | None:
-    """A small file of the control dir, or None when it is not there. Never follows a link
-    and never reads more than a few KB: written by our launcher, but read with no trust."""
-    path = control_dir(job_id, container_name) / name
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:  # ELOOP: a link where a file belongs
-        log.warning("control file %s refused: %s", path, exc)
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return os.read(fd, CONTROL_FILE_MAX_BYTES).decode("ascii", errors="replace")
-    finally:
-        os.close(fd)
-
-
-def write_control_file(job_id, container_name: str, name: str, text: str) -> None:
-    """Write whole (a rename), so that the launcher never reads half a decision."""
-    folder = control_dir(job_id, container_name)
-    tmp = folder / f".{name}.{os.getpid()}.{threading.get_ident()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, folder / name)
-
-
-def remove_control_dirs(job_id) -> None:
-    shutil.rmtree(control_root() / str(job_id), ignore_errors=True)
+# The tools dir and the control dir are plain files on the host (jobs/runtime/control.py); part
+# of this module's API, as the mounts that carry them are.
+from .control import (  # noqa: E402, F401
+    CONTROL_FILE_MAX_BYTES,
+    ToolsMissing,
+    control_dir,
+    control_root,
+    make_control_dir,
+    read_control_file,
+    remove_control_dirs,
+    runtime_tools_dir,
+    write_control_file,
+)
 
 
 # -- exec ---------------------------------------------------------------------------------------------
