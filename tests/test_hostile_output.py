@@ -17,6 +17,8 @@ from django.test import Client
 from playwright.sync_api import expect
 from websockets.sync.client import connect
 
+from jobs import logstream
+from jobs.consumers import PACE_S
 from jobs.models import Phase, TaskRun, TrainingJob
 from tests.conftest import BUSYBOX, PYTHON_IMAGE, submit_job, wait_for
 from tests.test_browser import browser, log_in, new_page, shot  # noqa: F401 - browser, new_page: fixtures
@@ -261,7 +263,9 @@ def test_a_million_lines_are_all_persisted_and_the_page_is_not_sent_them_all(dem
     live = PageLog()
     with socket(live_url, job, demo.owner) as ws:
         live.apply(ws.recv(timeout=20))
+        followed = time.monotonic()
         follow_until_final(ws, job, live, timeout=300)
+        followed = time.monotonic() - followed
     job.refresh_from_db()
     assert job.phase == Phase.COMPLETED, job.phase_reason
     run = TaskRun.objects.get(attempt__job=job)
@@ -269,7 +273,12 @@ def test_a_million_lines_are_all_persisted_and_the_page_is_not_sent_them_all(dem
     downloaded = raw_download(demo, job)
     assert downloaded == b"".join(b"%d\n" % i for i in range(1, total + 1))
 
-    assert live.received_lines < total // 10, live.received_lines
+    # In a burst the page gets at most the tail (TAIL_LINES) per PACE_S, plus what a trickle may
+    # send before the burst is told apart: a rate, whatever the job prints and however long the
+    # burst lasts on a busy machine.
+    most = (followed / PACE_S + 2) * (logstream.TAIL_LINES + logstream.BURST_LINES)
+    assert live.received_lines <= most, (live.received_lines, followed)
+    assert live.received_lines < total // 2, (live.received_lines, followed)
     # Nothing is lost on the page either: every line was sent or counted in a marker.
     not_shown = sum(int(re.match(r"([\d,]+) lines? not shown", skip).group(1).replace(",", "")) for skip in live.skips)
     assert not_shown + live.received_lines == total, (not_shown, live.received_lines)
