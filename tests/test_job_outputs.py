@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 from playwright.sync_api import expect
@@ -434,13 +436,17 @@ def test_duration_text_and_time_parsing():
 # -- the page, in a browser -------------------------------------------------------------------------------
 @pytest.mark.browser
 def test_the_overview_shows_the_published_model_without_a_reload(demo, new_page):  # noqa: F811
+    # The job waits for the test's go-ahead: the page must see it running, however slow the machine.
+    go = "until [ -e /job-data/go ]; do sleep 0.1; done"
     job = publishing_job(
-        demo, name="live", log_time_range_download=True, command=f"sleep 2; {WRITE_ARTIFACT}", version_description="v"
+        demo, name="live", log_time_range_download=True, command=f"{go}; {WRITE_ARTIFACT}", version_description="v"
     )
     page = new_page()
     log_in(page, "owner", "owner-password")
     page.goto(f"/jobs/{job.id}/")
     expect(page.locator("#publish-status")).to_contain_text("New model demo-model (V1), published when the job")
+    wait_for(lambda: Path(settings.JOB_DATA_ROOT, str(job.id)).is_dir(), message="the job's data dir")
+    Path(settings.JOB_DATA_ROOT, str(job.id), "go").touch()
     # The job socket says the job changed; the Outputs section asks again until it settled.
     expect(page.locator("#publish-status")).to_have_text("Published demo-model V1")
     expect(page.locator("#logs-status")).to_contain_text("then deleted by retention (30 days after the job ended")

@@ -269,7 +269,11 @@ def test_reconcile_stops_a_preempted_attempt_whose_stop_was_lost(demo, worker, d
     Attempt.objects.filter(id=attempt.id).update(preempted_at=timezone.now() - timezone.timedelta(seconds=60))
     assert reconcile.stop_stale_preemptions()
     wait_for(
-        lambda: not docker_client.containers.list(filters={"label": f"console.job={job.id}", "status": "running"}),
+        lambda: (
+            not docker_client.containers.list(
+                sparse=True, filters={"label": f"console.job={job.id}", "status": "running"}
+            )
+        ),
         message="the victim's container to stop",
     )
     # Re-queued (it may already run again: nothing else waits for its host), its budget untouched.

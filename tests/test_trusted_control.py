@@ -227,7 +227,7 @@ def test_a_start_run_twice_at_once_makes_one_container_per_instance(demo, worker
     runs = list(TaskRun.objects.filter(attempt=attempt).order_by("index"))
     assert [r.state for r in runs] == [TaskRun.State.RUNNING, TaskRun.State.RUNNING], [(r.state, r.error) for r in runs]
     for run in runs:
-        found = docker_client.containers.list(all=True, filters={"name": f"^/{run.container_name}$"})
+        found = docker_client.containers.list(all=True, sparse=True, filters={"name": f"^/{run.container_name}$"})
         assert len(found) == 1 and found[0].id == run.container_id
     stop(job)
 
@@ -259,7 +259,7 @@ def test_a_worker_killed_between_claim_and_decision_leaves_no_job_undecided(demo
     wait_for(lambda: TaskRun.objects.get(id=run.id).follower_token is None, timeout=30, message="the drain")
     assert "failing" in texts(job)
     wait_for(
-        lambda: not docker_client.containers.list(all=True, filters={"name": f"^/{run.container_name}$"}),
+        lambda: not docker_client.containers.list(all=True, sparse=True, filters={"name": f"^/{run.container_name}$"}),
         timeout=20,
         message="the container removed",
     )
