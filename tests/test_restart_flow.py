@@ -20,9 +20,7 @@ def phase(job) -> str:
 
 def running_container(docker_client, job):
     return wait_for(
-        lambda: next(
-            iter(docker_client.containers.list(sparse=True, filters={"label": f"console.job={job.id}"})), None
-        ),
+        lambda: next(iter(docker_client.containers.list(filters={"label": f"console.job={job.id}"})), None),
         message="a running container",
     )
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from console import realtime
 from jobs import events, listing
-from jobs.models import Attempt, DockerHost, EventKind, TrainingJob
+from jobs.models import Attempt, DockerHost, EventKind, TaskRun, TrainingJob
 
 
 def announce(job_id) -> None:
@@ -32,11 +32,20 @@ def active_attempt(job: TrainingJob) -> Attempt | None:
 
 
 def isolate_host(host_id: int, reason: str, job: TrainingJob | None = None) -> bool:
-    """Keep new instances off a faulty host until an operator clears it."""
+    """Keep new instances off a faulty host until an operator clears it. The event goes to `job`
+    (the one whose failure showed it), or, when no job did (reconcile's ping), to every job with
+    an instance on the host: whoever notices first, each affected job's events say why."""
     isolated = DockerHost.objects.filter(id=host_id, isolated=False).update(
         isolated=True, isolation_reason=reason, isolated_at=timezone.now()
     )
-    if isolated and job is not None:
-        host = DockerHost.objects.get(id=host_id)
-        events.record(job, EventKind.HOST_ISOLATED, f"Host {host.name} isolated: {reason}", host=host.name)
-    return bool(isolated)
+    if not isolated:
+        return False
+    host = DockerHost.objects.get(id=host_id)
+    if job is not None:
+        affected = [job]
+    else:
+        live = TaskRun.objects.filter(host_id=host_id, state__in=[TaskRun.State.CREATED, TaskRun.State.RUNNING])
+        affected = list(TrainingJob.objects.filter(attempts__task_runs__in=live).distinct())
+    for each in affected:
+        events.record(each, EventKind.HOST_ISOLATED, f"Host {host.name} isolated: {reason}", host=host.name)
+    return True
