@@ -252,6 +252,9 @@ def test_copy_a_job_from_its_page(demo, new_page):  # noqa: F811
     page = new_page()
     log_in(page, "owner", "owner-password")
     page.goto(f"/jobs/{job.id}/")
+    # The header is re-rendered live while the job starts: click once it has settled (a click on
+    # a link the socket is replacing at that moment is lost, and the page stays where it was).
+    expect(page.locator("#job-header")).to_contain_text("Running")
     page.locator("#job-header").get_by_role("link", name="Copy").click()
     expect(page.locator(".notice")).to_contain_text("Copied from original. Sensitive env var values are not copied")
     page.locator(".steps").get_by_role("button", name=re.compile("Basic information")).click()
