@@ -22,7 +22,9 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib.auth import get_user_model
+from rest_framework.authentication import TokenAuthentication
 from rest_framework.authtoken.models import Token
+from rest_framework.exceptions import AuthenticationFailed
 
 from .models import TaskRun
 from .runtime import engine, engine_exec, ssh
@@ -35,27 +37,22 @@ CHECK_S = 5.0
 MAX_FRAME_BYTES = 1024 * 1024
 
 
-def _token_user(headers: list[tuple[bytes, bytes]]):
-    for key, value in headers:
-        if key.lower() == b"authorization":
-            kind, _, secret = value.decode("latin-1").partition(" ")
-            if kind.lower() == "token" and secret:
-                token = Token.objects.select_related("user").filter(key=secret.strip()).first()
-                return token.user if token and token.user.is_active else None
-    return None
-
-
 def _credentials(scope) -> tuple[object | None, str | None]:
-    """(user, token key) from the session or the Authorization header; the token key is kept to
-    ask again later (a rotated token ends the connection)."""
+    """(user, token key) from the session or the `Authorization: Token <key>` header, checked by
+    DRF's own TokenAuthentication (an inactive user's token is refused); the key is kept to ask
+    again later (a rotated token ends the connection)."""
     user = scope.get("user")
     if user is not None and user.is_authenticated:
         return user, None
-    for key, value in scope.get("headers", []):
-        if key.lower() == b"authorization":
-            secret = value.decode("latin-1").partition(" ")[2].strip()
-            return _token_user(scope["headers"]), secret or None
-    return None, None
+    header = dict((k.lower(), v) for k, v in scope.get("headers", [])).get(b"authorization", b"")
+    kind, _, key = header.decode("latin-1").partition(" ")
+    if kind.lower() != "token" or not key.strip():
+        return None, None
+    try:
+        user, _token = TokenAuthentication().authenticate_credentials(key.strip())
+    except AuthenticationFailed:
+        return None, None
+    return user, key.strip()
 
 
 def _allowed_run(user, job_id, index: int) -> TaskRun | None:
