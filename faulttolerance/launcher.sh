@@ -188,7 +188,10 @@ while :; do
     # (moved away) only once the run it ends is over, so this never ends a run started for it.
     [ -f decision ] && kill -KILL -1 2>/dev/null
     signalled=0
-    wait "$child"
+    # 2>/dev/null: the shell's own "Killed" notice for a child it reaps goes to stderr, which
+    # Docker may log after the exit marker written on stdout (two pipes): read as the next
+    # run's first line. The code says how the child ended.
+    wait "$child" 2>/dev/null
     status=$?
     # 127 after a first answer: the signal came just after a wait that had the child's status.
     [ "$status" = 127 ] && [ -n "$code" ] && break
