@@ -122,7 +122,8 @@ def tail_lines(task_run: TaskRun, count: int) -> list[LogLine]:
 
 
 class _Reader(threading.Thread):
-    """Moves frames from Docker's log stream into a queue; None marks the end."""
+    """Moves frames from Docker's log stream into a queue, in lists of the frames that arrived
+    together (one hand-over between the threads per read, not per line); None marks the end."""
 
     def __init__(self, stream, out: queue.Queue):
         super().__init__(daemon=True, name="log-reader")
@@ -130,8 +131,8 @@ class _Reader(threading.Thread):
 
     def run(self) -> None:
         try:
-            for frame in self.stream:
-                self.out.put(frame)
+            for frames in self.stream.batches():
+                self.out.put(frames)
         except Exception as exc:  # the host went away mid-stream
             log.info("log stream ended with %r", exc)
         finally:
@@ -174,7 +175,9 @@ class Follower:
         self.lost_ownership = False
         self._stream = None
         self._frames: queue.Queue | None = None
-        self._pushback: deque = deque()  # frames read past a process-exit marker
+        # Frames taken from the reader and not yet persisted: the rest of its last list, and
+        # those read past a process-exit marker (put back in front).
+        self._pushback: deque = deque()
 
     # -- claiming -----------------------------------------------------------
     def claim(self, *, ended: bool = False) -> TaskRun | None:
@@ -264,6 +267,13 @@ class Follower:
         self._frames = queue.Queue()
         _Reader(self._stream, self._frames).start()
 
+    def _take(self, item: list[bytes] | None) -> None:
+        """The reader's next list of frames (or its end, None) behind what is waiting."""
+        if item is None:
+            self._pushback.append(None)
+        else:
+            self._pushback.extend(item)
+
     def _pump(self, task_run: TaskRun, container, fd: int, on_tick) -> None:
         # A stream opened here starts before where the run stands; one that goes on (after
         # the launcher's exit marker) continues exactly after the last line taken.
@@ -296,23 +306,22 @@ class Follower:
         report_seen_at: float | None = None  # the report said "exited" while lines still came
         while not ended:
             batch: list[bytes] = []
-            try:
-                first = self._pushback.popleft() if self._pushback else self._frames.get(timeout=HEARTBEAT_EVERY_S)
-            except queue.Empty:
-                first = b""
-            if first is None:
-                ended = True
-            elif first:
-                batch.append(first)
-                while len(batch) < MAX_BATCH_LINES:
-                    try:
-                        frame = self._pushback.popleft() if self._pushback else self._frames.get_nowait()
+            if not self._pushback:
+                try:
+                    self._take(self._frames.get(timeout=HEARTBEAT_EVERY_S))
+                except queue.Empty:
+                    pass
+            while self._pushback and len(batch) < MAX_BATCH_LINES:
+                frame = self._pushback.popleft()
+                if frame is None:
+                    ended = True
+                    break
+                batch.append(frame)
+                if not self._pushback:
+                    try:  # what else came meanwhile, up to a batch
+                        self._take(self._frames.get_nowait())
                     except queue.Empty:
                         break
-                    if frame is None:
-                        ended = True
-                        break
-                    batch.append(frame)
             new_lines: list[LogLine] = []
             chunks: list[bytes] = []
             process_exit: ProcessExited | None = None
