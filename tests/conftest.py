@@ -280,6 +280,11 @@ def demo(db):
     test's own database mode: a plain `django_db` test rolls them back, a transactional one (its
     marker, or the `worker` fixture) commits them. The Docker-backed part is `worker` (or
     `docker_client` alone): a test that runs containers asks for it, which makes it integration."""
+    return make_demo()
+
+
+def make_demo():
+    """The demo's rows (see `demo`); a module's fixture that commits them calls it itself."""
     from django.contrib.auth import get_user_model
     from rest_framework.authtoken.models import Token
 
@@ -310,6 +315,13 @@ def demo(db):
     d.token = Token.objects.create(user=owner).key
     d.outsider_token = Token.objects.create(user=outsider).key
     return d
+
+
+def flush_database() -> None:
+    """Every row gone (what pytest-django does after a transactional test)."""
+    from django.core.management import call_command
+
+    call_command("flush", interactive=False, verbosity=0)
 
 
 def wait_for(predicate, timeout: float = 30, interval: float = 0.1, message: str = "condition"):

@@ -6,17 +6,22 @@ an outsider (member of another workspace), an auditor (workspace member holding 
 and a superuser; three jobs: the owner's workspace-visible and creator-only jobs and the member's
 creator-only job. Every page, every API route and both job websockets (plus the list websocket) are
 checked for each caller against the same table, through the real daphne, Celery worker and Docker.
+
+The cast is made once for the module: its rows committed and its three jobs run to Completed by
+the real worker. Each test then runs in a transaction that is rolled back (what it creates,
+deletes or stops is gone for the next test), with fresh objects of the cast's rows. The quota, the
+priority permission and Stop of a hidden running job are in test_permissions_quota.py.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
-from django.core.exceptions import ValidationError
 from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -24,11 +29,11 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from jobs import access
-from jobs.models import Phase, TrainingJob
+from jobs.models import DockerHost, Phase, ResourcePool, TrainingJob, Workspace
 from jobs.views.detail import TABS
-from tests.conftest import BUSYBOX, submit_job, wait_for
+from tests.conftest import BUSYBOX, flush_database, make_demo, settle_jobs, submit_job, wait_for
 
-# The cast runs its jobs to completed: the worker (transactional); the quota and priority checks roll back.
+# Every test rolls back; the cast's rows are committed once for the module (`made_cast`).
 pytestmark = [pytest.mark.django_db]
 
 CLOSE_FORBIDDEN = 4403
@@ -49,6 +54,7 @@ class Cast:
     demo: object
     users: dict
     jobs: dict  # key -> TrainingJob
+    sessions: dict  # role -> a committed session key (daphne sees only committed rows)
 
     def sees(self, role: str, key: str) -> bool:
         return key in SEES[role]
@@ -59,30 +65,69 @@ def grant(user, codename: str):
     return get_user_model().objects.get(pk=user.pk)  # a fresh object: has_perm caches
 
 
+def make_auditor(workspace):
+    """A workspace member who holds "may list all jobs"."""
+    auditor = get_user_model().objects.create_user("auditor", password="auditor-password")
+    workspace.members.add(auditor)
+    return grant(auditor, "list_all_jobs")
+
+
+@pytest.fixture(scope="module")
+def made_cast(django_db_setup, django_db_blocker, celery_worker_process, docker_client) -> Cast:
+    """The cast, committed, its jobs run by the real worker to Completed; every row gone after."""
+    with django_db_blocker.unblock():
+        celery_worker_process.ensure_running()
+        try:
+            demo = make_demo()
+            auditor = make_auditor(demo.workspace)
+            superuser = get_user_model().objects.create_superuser("root", password="root-password")
+            jobs = {
+                "shared": submit_job(demo, name="shared-job", command="echo shared-output"),
+                "owner_private": submit_job(
+                    demo, name="owner-private-job", command="echo owner-secret", visibility="creator"
+                ),
+                "member_private": submit_job(
+                    demo,
+                    name="member-private-job",
+                    command="echo member-secret",
+                    created_by=demo.member,
+                    visibility="creator",
+                ),
+            }
+            for job in jobs.values():
+                wait_for(lambda job=job: _phase(job) == Phase.COMPLETED, message=f"{job.name} Completed")
+            users = {
+                "owner": demo.owner,
+                "member": demo.member,
+                "outsider": demo.outsider,
+                "auditor": auditor,
+                "superuser": superuser,
+            }
+            sessions = {role: browser(user).cookies["sessionid"].value for role, user in users.items()}
+            yield Cast(demo, users, jobs, sessions)
+        finally:
+            try:
+                settle_jobs(docker_client=docker_client)
+            finally:
+                flush_database()
+
+
 @pytest.fixture
-def cast(demo, worker) -> Cast:
+def cast(made_cast, db) -> Cast:
+    """The module's cast with fresh objects of its rows: a test that changes one (in memory, or
+    in its rolled-back transaction) leaves nothing behind for the next."""
     User = get_user_model()
-    auditor = User.objects.create_user("auditor", password="auditor-password")
-    demo.workspace.members.add(auditor)
-    auditor = grant(auditor, "list_all_jobs")
-    superuser = User.objects.create_superuser("root", password="root-password")
-    jobs = {
-        "shared": submit_job(demo, name="shared-job", command="echo shared-output"),
-        "owner_private": submit_job(demo, name="owner-private-job", command="echo owner-secret", visibility="creator"),
-        "member_private": submit_job(
-            demo, name="member-private-job", command="echo member-secret", created_by=demo.member, visibility="creator"
-        ),
-    }
-    for job in jobs.values():
-        wait_for(lambda job=job: _phase(job) == Phase.COMPLETED, message=f"{job.name} Completed")
-    users = {
-        "owner": demo.owner,
-        "member": demo.member,
-        "outsider": demo.outsider,
-        "auditor": auditor,
-        "superuser": superuser,
-    }
-    return Cast(demo, users, jobs)
+    demo = SimpleNamespace(
+        owner=User.objects.get(pk=made_cast.demo.owner.pk),
+        member=User.objects.get(pk=made_cast.demo.member.pk),
+        outsider=User.objects.get(pk=made_cast.demo.outsider.pk),
+        workspace=Workspace.objects.get(pk=made_cast.demo.workspace.pk),
+        host=DockerHost.objects.get(pk=made_cast.demo.host.pk),
+        pool=ResourcePool.objects.get(pk=made_cast.demo.pool.pk),
+    )
+    users = {role: User.objects.get(pk=user.pk) for role, user in made_cast.users.items()}
+    jobs = {key: TrainingJob.objects.get(pk=job.pk) for key, job in made_cast.jobs.items()}
+    return Cast(demo, users, jobs, made_cast.sessions)
 
 
 def _phase(job) -> str:
@@ -219,21 +264,6 @@ def test_anonymous_pages_go_to_the_login(cast):
     assert _phase(job) == Phase.COMPLETED
 
 
-def test_hidden_running_job_cannot_be_stopped(cast):
-    """A running creator-only job: the member's Stop (page, API) is a 404 and changes nothing; the auditor's works."""
-    job = submit_job(cast.demo, name="hidden-loop", command="while true; do sleep 0.2; done", visibility="creator")
-    wait_for(lambda: _phase(job) == Phase.RUNNING, message="Running")
-    member = cast.users["member"]
-    assert browser(member).post(f"/jobs/{job.id}/stop/").status_code == 404
-    url = f"{project(cast)}/{job.id}"
-    assert api_client(member).post(f"{url}/actions", {"action_type": "terminate"}, format="json").status_code == 404
-    assert api_client(member).delete(url).status_code == 404
-    job.refresh_from_db()
-    assert job.phase == Phase.RUNNING and not job.terminate_requested
-    assert browser(cast.users["auditor"]).post(f"/jobs/{job.id}/stop/").status_code == 200
-    wait_for(lambda: _phase(job) == Phase.TERMINATED, message="Terminated")
-
-
 # -- API -------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("role", ROLES)
 def test_api_routes(cast, role):
@@ -320,19 +350,23 @@ def test_api_session_auth_for_the_browser_with_csrf(cast):
 
 
 # -- websockets ------------------------------------------------------------------------------------------
-def session_cookie(user) -> str:
-    return browser(user).cookies["sessionid"].value
+@pytest.fixture
+def page_server(daphne_server) -> str:
+    """The real daphne, without `live_url`'s transactional worker: it reads the cast's committed
+    rows and sessions; what a test does in its own transaction it never sees."""
+    daphne_server.ensure_running()
+    return daphne_server.url
 
 
 def ws_url(live_url: str, path: str) -> str:
     return live_url.replace("http://", "ws://", 1) + path
 
 
-def first_message(live_url: str, path: str, user=None):
+def first_message(live_url: str, path: str, session: str | None = None):
     """("message", text) or how the server refused: ("close", code) or ("http", status)."""
     headers = {"Origin": live_url}
-    if user is not None:
-        headers["Cookie"] = f"sessionid={session_cookie(user)}"
+    if session is not None:
+        headers["Cookie"] = f"sessionid={session}"
     try:
         ws = connect(ws_url(live_url, path), additional_headers=headers, open_timeout=10)
     except InvalidStatus as exc:
@@ -345,11 +379,11 @@ def first_message(live_url: str, path: str, user=None):
 
 
 @pytest.mark.parametrize("role", ROLES)
-def test_websockets(cast, live_url, role):
-    user = cast.users[role]
+def test_websockets(cast, page_server, role):
+    live_url, session = page_server, cast.sessions[role]
     for key, job in cast.jobs.items():
-        page = first_message(live_url, f"/ws/jobs/{job.id}/", user)
-        log = first_message(live_url, f"/ws/jobs/{job.id}/logs/0/", user)
+        page = first_message(live_url, f"/ws/jobs/{job.id}/", session)
+        log = first_message(live_url, f"/ws/jobs/{job.id}/logs/0/", session)
         if cast.sees(role, key):
             assert page[0] == "message" and 'id="job-header"' in page[1] and job.name in page[1], (role, key)
             assert log[0] == "message" and OUTPUT[key] in log[1], (role, key)
@@ -357,7 +391,7 @@ def test_websockets(cast, live_url, role):
             assert page == ("close", CLOSE_FORBIDDEN), (role, key, page)
             assert log == ("close", CLOSE_FORBIDDEN), (role, key, log)
     # The job list's socket: its rows are the caller's visible jobs (none for the outsider).
-    kind, html = first_message(live_url, "/ws/jobs/", user)
+    kind, html = first_message(live_url, "/ws/jobs/", session)
     assert kind == "message" and 'id="job-rows" hx-swap-oob="true"' in html
     assert listed_ids(html) == expected_ids(cast, role)
     for key, job in cast.jobs.items():
@@ -365,89 +399,8 @@ def test_websockets(cast, live_url, role):
             assert job.name not in html
 
 
-def test_anonymous_websockets_are_refused(cast, live_url):
+def test_anonymous_websockets_are_refused(cast, page_server):
     job = cast.jobs["shared"]
     for path in (f"/ws/jobs/{job.id}/", f"/ws/jobs/{job.id}/logs/0/", "/ws/jobs/"):
-        how = first_message(live_url, path)
+        how = first_message(page_server, path)
         assert how in (("http", 403), ("close", CLOSE_FORBIDDEN)), (path, how)
-
-
-# -- quota (SPEC §3: <= 10,000 jobs per account; the next is refused with a clear message) --------------
-def fill_quota(demo, user, count: int) -> None:
-    """`count` finished jobs of `user`, written directly (the worker has nothing to do with them)."""
-    TrainingJob.objects.bulk_create(
-        [
-            TrainingJob(
-                workspace=demo.workspace,
-                created_by=user,
-                name=f"old-{i}",
-                image=BUSYBOX,
-                command="true",
-                phase=Phase.COMPLETED,
-            )
-            for i in range(count)
-        ],
-        batch_size=2000,
-    )
-
-
-def test_check_quota_refuses_the_10001st_job(demo):
-    assert access.JOB_QUOTA == 10_000
-    fill_quota(demo, demo.owner, 9_999)
-    access.check_quota(demo.owner)  # the 10,000th is allowed
-    fill_quota(demo, demo.owner, 1)
-    with pytest.raises(ValidationError) as refused:
-        access.check_quota(demo.owner)
-    assert refused.value.code == "quota"
-    assert "10,000" in refused.value.messages[0]
-    access.check_quota(demo.member)  # per account: the member is not affected
-
-
-@pytest.mark.usefixtures("worker")  # the accepted jobs run
-def test_api_refuses_the_10001st_job_of_an_account(demo):
-    fill_quota(demo, demo.owner, 9_999)
-    owner = api_client(demo.owner)
-    url = f"/v2/{demo.workspace.project_id}/training-jobs"
-    assert owner.post(url, api_body("the-10000th"), format="json").status_code == 201
-    refused = owner.post(url, api_body("the-10001st"), format="json")
-    assert refused.status_code == 400, refused.content
-    error = refused.json()
-    assert "10,000" in error["error_msg"] and error["errors"]["quota"], error
-    assert not TrainingJob.objects.filter(name="the-10001st").exists()
-    assert TrainingJob.objects.filter(created_by=demo.owner).count() == 10_000
-    # Another account in the same workspace still creates.
-    assert api_client(demo.member).post(url, api_body("members-job"), format="json").status_code == 201
-
-
-def test_create_form_refuses_the_10001st_job_of_an_account(demo):
-    fill_quota(demo, demo.owner, 10_000)
-    client = browser(demo.owner)
-    response = client.post("/jobs/create/", create_form(demo.workspace, "the-10001st"))
-    assert response.status_code == 400, (
-        "the create form accepted an account's 10,001st job: call jobs.access.check_quota(user) in "
-        "JobCreateForm.clean() (see the report of the access work)"
-    )
-    assert "10,000" in response.content.decode()
-    assert not TrainingJob.objects.filter(name="the-10001st").exists()
-
-
-# -- priority 3 needs "may use high priority" --------------------------------------------------------------
-def test_may_use_priority(demo):
-    from django.contrib.auth.models import AnonymousUser
-
-    member = demo.member
-    for priority in (1, 2, "1", "2"):
-        assert access.may_use_priority(member, priority)
-    assert not access.may_use_priority(member, 3)
-    assert not access.may_use_priority(member, "3")
-    assert not access.may_use_priority(AnonymousUser(), 3)
-    with pytest.raises(ValidationError) as refused:
-        access.check_priority(member, 3)
-    assert refused.value.code == "priority" and "may use high priority" in refused.value.messages[0]
-    member = grant(member, "use_high_priority")
-    assert access.may_use_priority(member, 3)
-    access.check_priority(member, 3)
-    root = get_user_model().objects.create_superuser("root", password="root-password")
-    assert access.may_use_priority(root, 3)
-    member.is_active = False
-    assert not access.may_use_priority(member, 3)
