@@ -205,6 +205,9 @@ WS_ACCESS_RECHECK_S = float(os.environ.get("CONSOLE_WS_ACCESS_RECHECK_S", "5"))
 # A follower that has not renewed its heartbeat for this long is presumed dead
 # and its task run is adopted by another worker.
 FOLLOWER_STALE_AFTER_S = float(os.environ.get("CONSOLE_FOLLOWER_STALE_AFTER_S", "10"))
+# A container whose instance ended and that nobody removed (its follower died) is removed by
+# reconcile once it ended this long ago (jobs/runtime/cleanup.py).
+ORPHAN_GRACE_S = float(os.environ.get("CONSOLE_ORPHAN_GRACE_S", "20"))
 # Running instances one worker process follows at most (jobs/runtime/followers.py); the
 # pools of the other workers adopt the rest.
 FOLLOWERS_PER_PROCESS = int(os.environ.get("CONSOLE_FOLLOWERS_PER_PROCESS", "1000"))

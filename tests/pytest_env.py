@@ -24,6 +24,7 @@ os.environ["CONSOLE_LOG_ROOT"] = os.path.join(TMP, "logs")
 os.environ["CONSOLE_CONTAINER_LABELS"] = f"console.test={_session}"
 os.environ.setdefault("CONSOLE_RECONCILE_INTERVAL_S", "1")
 os.environ.setdefault("CONSOLE_FOLLOWER_STALE_AFTER_S", "4")
+os.environ.setdefault("CONSOLE_ORPHAN_GRACE_S", "6")
 os.environ.setdefault("CONSOLE_LOG_LEVEL", "WARNING")
 # Resource charts: a point every 2 s and a batch write every 2 s (10 s each in production), so a
 # test sees a few real points within seconds.

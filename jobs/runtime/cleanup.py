@@ -85,8 +85,7 @@ def release_ended_jobs() -> bool:
 
 
 # A container nobody removed is left alone this long after its instance ended: the follower
-# that drains its log and removes it normally does so within seconds.
-ORPHAN_GRACE_S = 20
+# that drains its log and removes it normally does so within seconds (settings.ORPHAN_GRACE_S).
 # A container no task run knows (its job was deleted, or another console shares the engine
 # and the labels) is left alone far longer: this console cannot tell what it is for.
 UNKNOWN_GRACE_S = 600
@@ -97,7 +96,7 @@ def remove_orphaned_containers() -> bool:
     instance ended (or its host was lost and came back), nothing follows it, its attempt is over
     and the job does not keep it (retention) — and containers no task run knows. One listing
     per reachable host; returns whether any was removed."""
-    cutoff = timezone.now() - timezone.timedelta(seconds=ORPHAN_GRACE_S)
+    cutoff = timezone.now() - timezone.timedelta(seconds=settings.ORPHAN_GRACE_S)
     unknown_cutoff = timezone.now() - timezone.timedelta(seconds=UNKNOWN_GRACE_S)
     labels = [f"{settings.CONTAINER_LABEL}=1", *(f"{k}={v}" for k, v in settings.CONTAINER_EXTRA_LABELS.items())]
     removed = False
