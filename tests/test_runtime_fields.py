@@ -50,9 +50,15 @@ def log_texts(task_run: TaskRun) -> list[str]:
 
 
 def run_of(job: TrainingJob, attempt: int = 1) -> TaskRun:
+    """The attempt's first instance once its container ran: running, or already ended (a short
+    command can end between two looks on a busy machine, and then it was never seen running)."""
     return wait_for(
         lambda: (
-            TaskRun.objects.filter(attempt__job=job, attempt__number=attempt, state=TaskRun.State.RUNNING)
+            TaskRun.objects.filter(
+                attempt__job=job,
+                attempt__number=attempt,
+                state__in=[TaskRun.State.RUNNING, TaskRun.State.EXITED, TaskRun.State.LOST],
+            )
             .exclude(container_id="")
             .first()
         ),
