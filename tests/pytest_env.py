@@ -22,7 +22,7 @@ os.environ["CONSOLE_VAR_DIR"] = TMP
 os.makedirs(os.path.join(TMP, "static"), exist_ok=True)
 os.environ["CONSOLE_LOG_ROOT"] = os.path.join(TMP, "logs")
 os.environ["CONSOLE_CONTAINER_LABELS"] = f"console.test={_session}"
-os.environ.setdefault("CONSOLE_RECONCILE_INTERVAL_S", "1")
+os.environ.setdefault("CONSOLE_RECONCILE_INTERVAL_S", "2")
 os.environ.setdefault("CONSOLE_FOLLOWER_STALE_AFTER_S", "4")
 os.environ.setdefault("CONSOLE_ORPHAN_GRACE_S", "6")
 os.environ.setdefault("CONSOLE_LOG_LEVEL", "WARNING")
