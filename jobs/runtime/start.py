@@ -91,6 +91,7 @@ def start_attempt(attempt_id: int) -> bool:
     runs = list(attempt.task_runs.select_related("host").order_by("index"))
     hosts = [r.host for r in runs]
     failed = False
+    made = []  # the containers this call created or took: removed here if the attempt is gone
     for task_run in runs:
         if task_run.state != TaskRun.State.CREATED:
             continue
@@ -107,6 +108,7 @@ def start_attempt(attempt_id: int) -> bool:
                 container_id = task_run.container_id
             else:
                 container = _create_and_start(job, attempt, task_run, hosts)
+                made.append(container)
                 container_id = container.id
                 started_at = docker_time(container.attrs["State"].get("StartedAt")) or started_at
         except HOST_ERRORS as exc:
@@ -160,13 +162,23 @@ def start_attempt(attempt_id: int) -> bool:
                     )
             announce(job.id)
     if not moved:
-        if Attempt.objects.filter(id=attempt.id, state=Attempt.State.ENDED).exists():
+        state = Attempt.objects.filter(id=attempt.id).values_list("state", flat=True).first()
+        if state == Attempt.State.ENDED:
             # Stopped while we were starting: nobody else will remove what we
             # made, nor record that those instances ended.
             TaskRun.objects.filter(attempt_id=attempt.id, state=TaskRun.State.RUNNING).update(
                 state=TaskRun.State.EXITED, ended_at=timezone.now(), error="Stopped while the attempt was starting."
             )
             stop.remove_attempt_containers(attempt.id)
+        if state in (Attempt.State.ENDED, None):
+            # And the containers this call made, by handle: a job deleted (stopped, then
+            # deleted) while its start was in flight has no rows left to find them by, and
+            # reconcile leaves a container no task run knows alone for ten minutes.
+            for container in made:
+                try:
+                    engine.remove_container(container)
+                except HOST_ERRORS as exc:
+                    log.info("could not remove %s: %s", container.name, exc)
         # Otherwise a concurrent start of the same attempt won: its containers are in use.
         return False
     for task_run_id in attempt.task_runs.filter(state=TaskRun.State.RUNNING, reuses_container=False).values_list(
