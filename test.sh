@@ -8,6 +8,7 @@ scripts/setup.sh --test
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/console}"
 export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/9}"
 .venv/bin/ruff check .
-# Three test sessions side by side, a file at a time each (every session has its own database,
+# Four test sessions side by side, a file at a time each (every session has its own database,
 # worker, daphne, queue and container label: tests/pytest_env.py); the slowest tests are listed.
-.venv/bin/pytest -n "${TEST_SESSIONS:-3}" --dist loadfile --durations=25 "$@"
+# Four, not the two CPUs: a session spends much of its time waiting for containers and sockets.
+.venv/bin/pytest -n "${TEST_SESSIONS:-4}" --dist loadfile --durations=25 "$@"

@@ -2,7 +2,11 @@
 points one way (faulttolerance/ never imports jobs/runtime/ nor talks to Docker)."""
 
 import ast
+import io
 from pathlib import Path
+
+import pytest
+from django.core.management import call_command
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,3 +74,14 @@ def test_control_tasks_have_a_queue_of_their_own():
         expected = settings.CELERY_CONTROL_QUEUE if name in control else settings.CELERY_TASK_DEFAULT_QUEUE
         assert queue == expected, (name, queue)
     assert set(app.amqp.queues) == {settings.CELERY_TASK_DEFAULT_QUEUE, settings.CELERY_CONTROL_QUEUE}
+
+
+@pytest.mark.django_db
+def test_the_migrations_make_the_models():
+    """The suite's databases are made from the models (pytest.ini: --no-migrations): the
+    migrations must make the same tables, or production would run a schema no test saw."""
+    out = io.StringIO()
+    try:
+        call_command("makemigrations", "--check", "--dry-run", stdout=out, stderr=out)
+    except SystemExit:
+        pytest.fail(f"the models have changes no migration makes:\n{out.getvalue()}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
+from django.db import connection
 
 from jobs import access
 from jobs.models import Phase, TrainingJob
@@ -34,21 +35,24 @@ def test_hidden_running_job_cannot_be_stopped(demo, worker):
 
 # -- quota (SPEC §3: <= 10,000 jobs per account; the next is refused with a clear message) --------------
 def fill_quota(demo, user, count: int) -> None:
-    """`count` finished jobs of `user`, written directly (the worker has nothing to do with them)."""
-    TrainingJob.objects.bulk_create(
-        [
-            TrainingJob(
-                workspace=demo.workspace,
-                created_by=user,
-                name=f"old-{i}",
-                image=BUSYBOX,
-                command="true",
-                phase=Phase.COMPLETED,
-            )
-            for i in range(count)
-        ],
-        batch_size=2000,
+    """`count` finished jobs of `user`, written directly (the worker has nothing to do with them):
+    one made by the ORM, the rest copies of its row made by PostgreSQL in one statement (10,000
+    model objects through bulk_create took seconds of each test)."""
+    first = TrainingJob.objects.create(
+        workspace=demo.workspace, created_by=user, name="old-0", image=BUSYBOX, command="true", phase=Phase.COMPLETED
     )
+    if count == 1:
+        return
+    table = TrainingJob._meta.db_table
+    columns = [f.column for f in TrainingJob._meta.concrete_fields if f.column not in ("id", "name")]
+    copied = ", ".join(connection.ops.quote_name(c) for c in columns)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (id, name, {copied}) "
+            f"SELECT gen_random_uuid(), 'old-' || n, {copied} FROM {table}, generate_series(1, %s) AS n "
+            f"WHERE id = %s",
+            [count - 1, first.id],
+        )
 
 
 def test_check_quota_refuses_the_10001st_job(demo):
