@@ -20,8 +20,9 @@ esac
 ensure_venv
 ensure_dockerd
 ensure_images
-# The run command's demo offers the notebook image; the suite builds it when a test needs it.
-[[ -n $test_deps ]] || ensure_notebook_image
+# The run command's demo offers the notebook image, and the suite's notebook test runs it: made
+# here (about a minute, once), not inside the suite's time.
+ensure_notebook_image
 if [[ -n $test_deps ]]; then
   ensure_postgres
   ensure_redis

@@ -1,6 +1,6 @@
 """JupyterLab and TensorBoard of a running instance, opened from the job page in a real Chromium
 through the console (jobs/proxy/): the notebook image (console/notebook:3.11, built by
-`scripts/setup.sh --notebook` the first time, about a minute), a kernel that runs a cell over the
+the run and test commands' `scripts/setup.sh`, about a minute once), a kernel that runs a cell over the
 relayed websocket, TensorBoard beside it. Screenshots in test-artifacts/notebook-*.png."""
 
 from __future__ import annotations
