@@ -81,7 +81,9 @@ def test_resources_tab_draws_a_running_jobs_samples_live(demo, new_page):  # noq
     memory0 = [v for v in data["instances"][0]["memory"] if v is not None]
     memory1 = [v for v in data["instances"][1]["memory"] if v is not None]
     assert max(memory0) >= 100 and max(memory1) >= 40 and max(memory1) < max(memory0)
-    assert max(v for v in data["instances"][0]["cpu"] if v is not None) >= 0.3  # its busy seconds
+    # Its busy seconds show: a sleeping Python uses under 0.01 of a core. Not "close to one core":
+    # beside the rest of the suite on two CPUs a busy loop got 0.22 of one in a full run.
+    assert max(v for v in data["instances"][0]["cpu"] if v is not None) >= 0.05
     assert data["memory_limit_mb"] and max(memory0) < data["memory_limit_mb"]
     # Hover the CPU chart: its legend gives each instance's value at that time.
     cpu = page.locator('#resource-charts figure[data-metric="cpu"] .u-over')
