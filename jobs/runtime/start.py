@@ -170,10 +170,11 @@ def start_attempt(attempt_id: int) -> bool:
                 state=TaskRun.State.EXITED, ended_at=timezone.now(), error="Stopped while the attempt was starting."
             )
             stop.remove_attempt_containers(attempt.id)
-        if state in (Attempt.State.ENDED, None):
-            # And the containers this call made, by handle: a job deleted (stopped, then
-            # deleted) while its start was in flight has no rows left to find them by, and
-            # reconcile leaves a container no task run knows alone for ten minutes.
+        if state is None:
+            # The job was deleted (stopped, then deleted) while this start was in flight: no
+            # row is left to find its containers by, and reconcile leaves a container no task
+            # run knows alone for ten minutes. Remove them by handle; nothing else can be using
+            # them (an ENDED attempt's container may be a later attempt's, restarted in place).
             for container in made:
                 try:
                     engine.remove_container(container)
