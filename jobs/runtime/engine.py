@@ -337,7 +337,7 @@ class LogStream:
     thread; `close()` may come from another (it closes the socket, which ends the read). Errors
     while reading come out as the console's (Unreachable when the stream broke).
 
-    Read in blocks (`batches()`: the frames that arrived together), not a frame at a time as the
+    Read in blocks (`batches()`: the lists of frames that arrived together), not a frame at a time as the
     SDK reads them (two reads through urllib3 per frame): a follower's cost per line was mostly
     the SDK's framing, at 200 followers or in a burst of a million lines."""
 
@@ -349,10 +349,6 @@ class LogStream:
     def batches(self) -> Iterator[list[bytes]]:
         with _edge():
             yield from self._stream
-
-    def __iter__(self) -> Iterator[bytes]:
-        for batch in self.batches():
-            yield from batch
 
     def close(self) -> None:
         self._stream.close()
