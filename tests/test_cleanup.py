@@ -73,3 +73,29 @@ def test_a_container_nobody_removes_is_removed_once_its_instance_ended(demo, doc
         timeout=60,
         message="the reconcile step to remove the orphaned container",
     )
+
+
+def test_looking_for_orphans_asks_the_database_once_whatever_the_number_of_containers(demo, docker_client, settings):
+    """Reconcile lists every container of the console every few seconds: with 200 instances
+    running, a query per container made it a fifth of the worker's CPU
+    (bench/supervisor_scale.py). Containers no task run knows, made just now: none is removed."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    settings.ORPHAN_GRACE_S = 0
+    labels = {"console.managed": "1", **dict([TEST_LABEL])}
+    made = []
+
+    def queries_with(count: int) -> int:
+        while len(made) < count:
+            made.append(docker_client.containers.create(BUSYBOX, "true", labels=labels))
+        with CaptureQueriesContext(connection) as queries:
+            assert not cleanup.remove_orphaned_containers()
+        return len(queries)
+
+    try:
+        assert queries_with(1) == queries_with(5) == 2  # the hosts, then the runs of every container
+        assert all(docker_client.containers.get(c.id) for c in made), "unknown and new: left alone"
+    finally:
+        for container in made:
+            container.remove(force=True)

@@ -95,7 +95,8 @@ def remove_orphaned_containers() -> bool:
     """Reconcile step: containers of this console that no follower will remove any more — their
     instance ended (or its host was lost and came back), nothing follows it, its attempt is over
     and the job does not keep it (retention) — and containers no task run knows. One listing
-    per reachable host; returns whether any was removed."""
+    and one query per reachable host (not a query per container: with 200 instances running,
+    a query each made reconcile a fifth of the worker's CPU); returns whether any was removed."""
     cutoff = timezone.now() - timezone.timedelta(seconds=settings.ORPHAN_GRACE_S)
     unknown_cutoff = timezone.now() - timezone.timedelta(seconds=UNKNOWN_GRACE_S)
     labels = [f"{settings.CONTAINER_LABEL}=1", *(f"{k}={v}" for k, v in settings.CONTAINER_EXTRA_LABELS.items())]
@@ -106,10 +107,15 @@ def remove_orphaned_containers() -> bool:
         except engine.EngineError as exc:
             log.info("cannot list the containers of %s: %s", host.name, exc)
             continue
+        old_enough = {}
         for container in containers:
             name = (container.attrs.get("Names") or ["/"])[0].lstrip("/")
             created = datetime.fromtimestamp(container.attrs.get("Created", 0), tz=UTC)
-            if created > cutoff or not _orphaned(name, cutoff, created < unknown_cutoff):
+            if created <= cutoff:
+                old_enough[name] = (container, created < unknown_cutoff)
+        runs = _runs_by_container_name(old_enough)
+        for name, (container, old_enough_if_unknown) in old_enough.items():
+            if not _orphaned(runs.get(name, []), cutoff, old_enough_if_unknown):
                 continue
             try:
                 engine.remove_container(container)
@@ -120,15 +126,25 @@ def remove_orphaned_containers() -> bool:
     return removed
 
 
-def _orphaned(container_name: str, cutoff, old_enough_if_unknown: bool) -> bool:
-    runs = list(TaskRun.objects.filter(container_name=container_name).select_related("attempt__job"))
+def _runs_by_container_name(names) -> dict[str, list[dict]]:
+    """What _orphaned needs of every task run of these containers, in one query per 1,000 names."""
+    fields = ("container_name", "state", "follower_token", "ended_at", "attempt__state", "attempt__job__phase")
+    runs: dict[str, list[dict]] = {}
+    names = list(names)
+    for start in range(0, len(names), 1000):
+        for run in TaskRun.objects.filter(container_name__in=names[start : start + 1000]).values(*fields):
+            runs.setdefault(run["container_name"], []).append(run)
+    return runs
+
+
+def _orphaned(runs: list[dict], cutoff, old_enough_if_unknown: bool) -> bool:
     if not runs:
         return old_enough_if_unknown  # no task run knows it: nothing here will ever remove it
     for run in runs:
-        if run.state in (TaskRun.State.CREATED, TaskRun.State.RUNNING) or run.follower_token:
+        if run["state"] in (TaskRun.State.CREATED, TaskRun.State.RUNNING) or run["follower_token"]:
             return False
-        if run.attempt.state != Attempt.State.ENDED or run.attempt.job.phase in RETAINED_PHASES:
+        if run["attempt__state"] != Attempt.State.ENDED or run["attempt__job__phase"] in RETAINED_PHASES:
             return False
-        if run.ended_at is None or run.ended_at > cutoff:
+        if run["ended_at"] is None or run["ended_at"] > cutoff:
             return False
     return True
