@@ -16,7 +16,7 @@ from faulttolerance.models import RecoveryRecord
 from jobs import events
 from jobs.models import Attempt, DockerHost, EventKind, Phase, TaskRun, TrainingJob
 
-from . import docker_hosts, engine, followers, later, stop
+from . import docker_hosts, engine, followers, later
 from .engine import HOST_ERRORS
 from .lifecycle import announce, lock_job
 from .logs import docker_time
@@ -82,6 +82,19 @@ def _describe_start_error(job: TrainingJob, task_run: TaskRun, exc: Exception) -
     return f"Docker refused to start the container on host {task_run.host.name}: {explanation}"
 
 
+def _undo_started(started: list[tuple[TaskRun, str]]) -> None:
+    TaskRun.objects.filter(id__in=[run.id for run, _ in started], state=TaskRun.State.RUNNING).update(
+        state=TaskRun.State.EXITED, ended_at=timezone.now(), error="Stopped while the attempt was starting."
+    )
+    for task_run, container_id in started:
+        try:
+            engine.remove_container(engine.container(task_run.host, container_id))
+        except engine.NotFound:
+            continue
+        except HOST_ERRORS as exc:
+            log.info("could not remove %s: %s", task_run.container_name, exc)
+
+
 def start_attempt(attempt_id: int) -> bool:
     """Create and start (or restart in place) the instances of an attempt; idempotent."""
     attempt = Attempt.objects.select_related("job").filter(id=attempt_id).first()
@@ -91,7 +104,8 @@ def start_attempt(attempt_id: int) -> bool:
     runs = list(attempt.task_runs.select_related("host").order_by("index"))
     hosts = [r.host for r in runs]
     failed = False
-    made = []  # the containers this call created or took: removed here if the attempt is gone
+    made = []  # the containers this call created or took: removed here if the job is gone
+    mine = []  # (task run, container id) this call moved to running: its to undo if stopped meanwhile
     for task_run in runs:
         if task_run.state != TaskRun.State.CREATED:
             continue
@@ -133,9 +147,10 @@ def start_attempt(attempt_id: int) -> bool:
             )
             failed = True
             continue
-        TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.CREATED).update(
+        if TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.CREATED).update(
             state=TaskRun.State.RUNNING, container_id=container_id, started_at=started_at
-        )
+        ):
+            mine.append((task_run, container_id))
     now = timezone.now()
     with transaction.atomic():
         # The job's row before the attempt's, the order the decision takes (decide.py):
@@ -164,12 +179,12 @@ def start_attempt(attempt_id: int) -> bool:
     if not moved:
         state = Attempt.objects.filter(id=attempt.id).values_list("state", flat=True).first()
         if state == Attempt.State.ENDED:
-            # Stopped while we were starting: nobody else will remove what we
-            # made, nor record that those instances ended.
-            TaskRun.objects.filter(attempt_id=attempt.id, state=TaskRun.State.RUNNING).update(
-                state=TaskRun.State.EXITED, ended_at=timezone.now(), error="Stopped while the attempt was starting."
-            )
-            stop.remove_attempt_containers(attempt.id)
+            # Stopped while we were starting: nobody else will remove the containers this call
+            # started, nor record that those instances ended (no follower takes a run of an
+            # ended attempt). Only those: a concurrent start of the same attempt that won may
+            # have run it, and its ended attempt's containers may already be the next attempt's,
+            # restarted in place.
+            _undo_started(mine)
         if state is None:
             # The job was deleted (stopped, then deleted) while this start was in flight: no
             # row is left to find its containers by, and reconcile leaves a container no task
