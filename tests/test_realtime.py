@@ -21,7 +21,7 @@ def group(name: str) -> str:
     return f"joblog.test-{uuid.uuid4().hex[:8]}.{name}"
 
 
-def test_only_groups_with_a_member_are_sent_to():
+def test_only_groups_with_a_member_are_sent_to(monkeypatch):
     watched, unwatched, left = group("watched"), group("unwatched"), group("left")
 
     async def scenario() -> tuple[set[str] | None, list[str], dict]:
@@ -39,7 +39,7 @@ def test_only_groups_with_a_member_are_sent_to():
             sent.append(name)
             await group_send(name, message)
 
-        layer.group_send = recording
+        monkeypatch.setattr(layer, "group_send", recording)
         queue: asyncio.Queue = asyncio.Queue()
         for name in (unwatched, watched, left):
             queue.put_nowait((name, {"type": "log.lines", "group": name}))

@@ -84,6 +84,30 @@ def test_a_start_that_lost_to_another_start_of_its_attempt_leaves_the_winners_co
             container.remove(force=True)
 
 
+def test_a_start_that_won_an_instance_but_not_the_attempt_leaves_its_container(demo, docker_client, monkeypatch):
+    """The other way round: this start moved the instance to running, the other start moved the
+    attempt (so it ran, and its followers took the instances), and the attempt ended meanwhile.
+    This start finds it ended; the container may be the next attempt's: it stays."""
+    job, attempt = _job_and_attempt(demo)
+    create_and_start = start._create_and_start
+    seen = []
+
+    def the_other_start_ran_the_attempt(*args):
+        container = create_and_start(*args)
+        now = timezone.now()
+        Attempt.objects.filter(id=attempt.id).update(state=Attempt.State.ENDED, started_at=now, ended_at=now)
+        seen.append(container.id)
+        return container
+
+    monkeypatch.setattr(start, "_create_and_start", the_other_start_ran_the_attempt)
+    try:
+        assert start.start_attempt(attempt.id) is False
+        assert seen and docker_client.containers.get(seen[0]).status == "running"
+    finally:
+        for container in _containers_of(docker_client, job):
+            container.remove(force=True)
+
+
 def test_a_start_whose_job_was_deleted_meanwhile_removes_its_container(demo, docker_client, monkeypatch):
     job = TrainingJob(workspace=demo.workspace, created_by=demo.owner, name="gone", image=BUSYBOX, command="sleep 30")
     job.full_clean()

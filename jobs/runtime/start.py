@@ -16,7 +16,7 @@ from faulttolerance.models import RecoveryRecord
 from jobs import events
 from jobs.models import Attempt, DockerHost, EventKind, Phase, TaskRun, TrainingJob
 
-from . import docker_hosts, engine, followers, later
+from . import docker_hosts, engine, followers, later, stop
 from .engine import HOST_ERRORS
 from .lifecycle import announce, lock_job
 from .logs import docker_time
@@ -82,19 +82,6 @@ def _describe_start_error(job: TrainingJob, task_run: TaskRun, exc: Exception) -
     return f"Docker refused to start the container on host {task_run.host.name}: {explanation}"
 
 
-def _undo_started(started: list[tuple[TaskRun, str]]) -> None:
-    TaskRun.objects.filter(id__in=[run.id for run, _ in started], state=TaskRun.State.RUNNING).update(
-        state=TaskRun.State.EXITED, ended_at=timezone.now(), error="Stopped while the attempt was starting."
-    )
-    for task_run, container_id in started:
-        try:
-            engine.remove_container(engine.container(task_run.host, container_id))
-        except engine.NotFound:
-            continue
-        except HOST_ERRORS as exc:
-            log.info("could not remove %s: %s", task_run.container_name, exc)
-
-
 def start_attempt(attempt_id: int) -> bool:
     """Create and start (or restart in place) the instances of an attempt; idempotent."""
     attempt = Attempt.objects.select_related("job").filter(id=attempt_id).first()
@@ -105,7 +92,6 @@ def start_attempt(attempt_id: int) -> bool:
     hosts = [r.host for r in runs]
     failed = False
     made = []  # the containers this call created or took: removed here if the job is gone
-    mine = []  # (task run, container id) this call moved to running: its to undo if stopped meanwhile
     for task_run in runs:
         if task_run.state != TaskRun.State.CREATED:
             continue
@@ -147,10 +133,9 @@ def start_attempt(attempt_id: int) -> bool:
             )
             failed = True
             continue
-        if TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.CREATED).update(
+        TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.CREATED).update(
             state=TaskRun.State.RUNNING, container_id=container_id, started_at=started_at
-        ):
-            mine.append((task_run, container_id))
+        )
     now = timezone.now()
     with transaction.atomic():
         # The job's row before the attempt's, the order the decision takes (decide.py):
@@ -177,14 +162,20 @@ def start_attempt(attempt_id: int) -> bool:
                     )
             announce(job.id)
     if not moved:
-        state = Attempt.objects.filter(id=attempt.id).values_list("state", flat=True).first()
-        if state == Attempt.State.ENDED:
-            # Stopped while we were starting: nobody else will remove the containers this call
-            # started, nor record that those instances ended (no follower takes a run of an
-            # ended attempt). Only those: a concurrent start of the same attempt that won may
-            # have run it, and its ended attempt's containers may already be the next attempt's,
-            # restarted in place.
-            _undo_started(mine)
+        row = Attempt.objects.filter(id=attempt.id).values_list("state", "started_at").first()
+        state, ran_since = row or (None, None)
+        if state == Attempt.State.ENDED and ran_since is None:
+            # Stopped while starting (a stop is the only decision a starting attempt gets): no
+            # follower takes a run of an ended attempt, so nobody else would remove its
+            # containers (whichever start made them, a dead one's too) nor record that those
+            # instances ended.
+            TaskRun.objects.filter(attempt_id=attempt.id, state=TaskRun.State.RUNNING).update(
+                state=TaskRun.State.EXITED, ended_at=timezone.now(), error="Stopped while the attempt was starting."
+            )
+            stop.remove_attempt_containers(attempt.id)
+        # Ended after it ran: a concurrent start of it won (only the winner sets started_at); its
+        # followers had the containers, and a container may already be the next attempt's,
+        # restarted in place. Nothing here is this call's to undo.
         if state is None:
             # The job was deleted (stopped, then deleted) while this start was in flight: no
             # row is left to find its containers by, and reconcile leaves a container no task
