@@ -28,7 +28,7 @@ from rest_framework.exceptions import AuthenticationFailed
 
 from .models import TaskRun
 from .runtime import engine, engine_exec, ssh
-from .terminal import CLOSE_ENDED, CLOSE_FORBIDDEN, CLOSE_UNAVAILABLE, running_task_run
+from .terminal import CLOSE_ENDED, CLOSE_FORBIDDEN, CLOSE_UNAVAILABLE, open_relay, running_task_run
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +71,7 @@ def _still_open(user_id, token_key: str | None, job_id, index: int, run_id) -> i
 
 
 def _open(run: TaskRun) -> engine_exec.Relay:
-    container = engine.container(run.host, run.container_id or run.container_name)
-    return engine_exec.open_relay(container, ssh.SSHD_PORT)
+    return open_relay(run, ssh.SSHD_PORT)
 
 
 class SshRelayConsumer(AsyncWebsocketConsumer):

@@ -81,9 +81,18 @@ def _still_open(user_id, job_id, run_id) -> int | None:
     return None
 
 
+def run_container(run: TaskRun):
+    """The engine's handle of a running run's container (by id once started, else by name)."""
+    return engine.container(run.host, run.container_id or run.container_name)
+
+
+def open_relay(run: TaskRun, port: int) -> engine_exec.Relay:
+    """A byte relay to `port` inside the run's container: the app proxy's and the SSH relay's."""
+    return engine_exec.open_relay(run_container(run), port)
+
+
 def _open(run: TaskRun, rows: int, cols: int) -> engine_exec.ExecSession:
-    container = engine.container(run.host, run.container_id or run.container_name)
-    return engine_exec.open_terminal(container, rows=rows, cols=cols)
+    return engine_exec.open_terminal(run_container(run), rows=rows, cols=cols)
 
 
 def _record_opened(run: TaskRun, user) -> None:

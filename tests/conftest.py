@@ -408,6 +408,21 @@ def describe() -> str:
     return "\n".join(out)
 
 
+def running_instance(job, index: int = 0, timeout: float = 60):
+    """The job's instance `index` (its task run) once it runs in its container."""
+    from jobs.models import TaskRun
+
+    return wait_for(
+        lambda: (
+            TaskRun.objects.filter(attempt__job=job, index=index, state=TaskRun.State.RUNNING)
+            .exclude(container_id="")
+            .first()
+        ),
+        timeout=timeout,
+        message=f"worker-{index} running",
+    )
+
+
 def submit_job(demo, **fields):
     """Create a job the way the form and the API do (full_clean, save, submit)."""
     from jobs.models import TrainingJob

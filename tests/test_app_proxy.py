@@ -29,7 +29,7 @@ from jobs.models import TaskRun
 from jobs.proxy import tickets
 from jobs.proxy.http import forwarded_cookie, set_cookie_for_browser
 from jobs.proxy.origins import APPS, Target, origin, target_of
-from tests.conftest import PYTHON_IMAGE, submit_job, wait_for
+from tests.conftest import PYTHON_IMAGE, running_instance, submit_job, wait_for
 
 CGI = r"""#!/bin/sh
 printf 'Content-Type: text/plain\r\n'
@@ -110,14 +110,6 @@ def logged_in(user) -> str:
     return client.cookies["sessionid"].value
 
 
-def running(job) -> TaskRun:
-    return wait_for(
-        lambda: TaskRun.objects.filter(attempt__job=job, state=TaskRun.State.RUNNING).exclude(container_id="").first(),
-        timeout=60,
-        message="the instance to run",
-    )
-
-
 class AppClient:
     """Requests to an app origin of the live console (the Host header names the origin)."""
 
@@ -152,7 +144,7 @@ def open_app(live_url: str, session: str, job, app: str = "lab", index: int = 0)
 @pytest.fixture
 def app_job(demo, worker, live_url):
     job = submit_job(demo, name="app", command=HTTPD, jupyter_lab=True)
-    run = running(job)
+    run = running_instance(job)
     wait_for(lambda: "serving" in _log(run), timeout=30, message="the app to serve")
     return job
 
@@ -215,7 +207,7 @@ def test_an_app_the_job_did_not_ask_for_is_not_served(demo, app_job, live_url):
 
 def test_websockets_are_relayed_both_ways(demo, worker, live_url):
     job = submit_job(demo, name="ws", image=PYTHON_IMAGE, command=f"python3 -c '{WS_ECHO}'", jupyter_lab=True)
-    run = running(job)
+    run = running_instance(job)
     wait_for(lambda: "serving" in _log(run), timeout=30, message="the echo server")
     client, _ = open_app(live_url, logged_in(demo.owner), job)
     port = urlsplit(live_url).port

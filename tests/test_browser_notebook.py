@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from jobs.models import FileSystem, TaskRun
-from tests.conftest import submit_job, wait_for
+from jobs.models import FileSystem
+from tests.conftest import running_instance, submit_job
 from tests.pytest_env import TMP
 from tests.test_browser import browser, log_in, new_page, shot  # noqa: F401 - fixtures
 from tests.test_runtime_fields import dedicated_pool
@@ -66,11 +66,7 @@ def test_jupyterlab_and_tensorboard_open_through_the_console(demo, new_page, not
         tensorboard=True,
         observe_file_system=fs,
     )
-    wait_for(
-        lambda: TaskRun.objects.filter(attempt__job=job, index=0, state=TaskRun.State.RUNNING).exists(),
-        timeout=90,
-        message="the instance running",
-    )
+    running_instance(job, timeout=90)
     page = new_page()
     log_in(page, "owner", "owner-password")
     page.goto(f"/jobs/{job.id}/?tab=attempts")

@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 
 from jobs.models import TaskRun
 from jobs.runtime import stop
-from tests.conftest import submit_job, wait_for
+from tests.conftest import running_instance, submit_job, wait_for
 from tests.test_browser import browser, log_in, new_page, shot  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -18,11 +18,7 @@ MARKER = "checkpoint-from-the-job"
 
 def test_terminal_runs_a_command_in_the_running_instance(demo, new_page):  # noqa: F811
     job = submit_job(demo, name="terminal-demo", command=f"touch /job-data/{MARKER}; sleep 300")
-    wait_for(
-        lambda: TaskRun.objects.filter(attempt__job=job, index=0, state=TaskRun.State.RUNNING).exists(),
-        timeout=60,
-        message="the instance running",
-    )
+    running_instance(job)
     page = new_page()
     log_in(page, "owner", "owner-password")
     page.goto(f"/jobs/{job.id}/?tab=attempts")

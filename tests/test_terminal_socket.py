@@ -13,7 +13,7 @@ from websockets.exceptions import ConnectionClosed
 from jobs.models import EventKind, JobEvent, TaskRun
 from jobs.runtime import stop
 from jobs.terminal import CLOSE_ENDED, CLOSE_FORBIDDEN
-from tests.conftest import submit_job, wait_for
+from tests.conftest import running_instance, submit_job, wait_for
 from tests.test_websockets import open_socket, refused
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
@@ -23,11 +23,7 @@ MARKER = "terminal-marker-file"
 
 def running_job(demo, **fields):
     job = submit_job(demo, name="term-job", command=f"touch /job-data/{MARKER}; sleep 300", **fields)
-    wait_for(
-        lambda: TaskRun.objects.filter(attempt__job=job, index=0, state=TaskRun.State.RUNNING).exists(),
-        timeout=60,
-        message="the instance running",
-    )
+    running_instance(job)
     return job
 
 

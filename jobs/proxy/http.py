@@ -16,6 +16,7 @@ from django.conf import settings
 
 from jobs.models import TaskRun
 from jobs.runtime import engine, engine_exec
+from jobs.terminal import open_relay
 
 from . import tickets
 from .asgi import page
@@ -115,11 +116,6 @@ async def read_body(receive) -> bytes | None:
             return b"".join(chunks)
 
 
-def _open(run: TaskRun, port: int) -> engine_exec.Relay:
-    container = engine.container(run.host, run.container_id or run.container_name)
-    return engine_exec.open_relay(container, port)
-
-
 async def relay(scope: dict, receive, send, target: Target, run: TaskRun) -> None:
     body = await read_body(receive)
     if body is None:
@@ -127,7 +123,7 @@ async def relay(scope: dict, receive, send, target: Target, run: TaskRun) -> Non
         return
     async with slots():
         try:
-            connection = await in_thread(_open, run, target.app.port)
+            connection = await in_thread(open_relay, run, target.app.port)
         except engine.HOST_ERRORS as exc:
             await page(send, 502, f"{target.app.name} cannot be reached", f"The instance's engine: {exc}")
             return

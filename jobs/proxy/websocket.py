@@ -18,10 +18,11 @@ from websockets.http11 import Response
 from websockets.uri import parse_uri
 
 from jobs.runtime import engine
+from jobs.terminal import open_relay
 
 from . import access
 from .asgi import checked, header
-from .http import _open, forwarded_cookie, in_thread, slots
+from .http import forwarded_cookie, in_thread, slots
 from .origins import Target
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ async def relay(scope: dict, receive, send, target: Target) -> None:
         return
     async with slots():
         try:
-            connection = await in_thread(_open, run, target.app.port)
+            connection = await in_thread(open_relay, run, target.app.port)
         except engine.HOST_ERRORS:
             await send({"type": "websocket.close", "code": CLOSE_UNAVAILABLE})
             return
