@@ -211,6 +211,9 @@ ORPHAN_GRACE_S = float(os.environ.get("CONSOLE_ORPHAN_GRACE_S", "20"))
 # Running instances one worker process follows at most (jobs/runtime/followers.py); the
 # pools of the other workers adopt the rest.
 FOLLOWERS_PER_PROCESS = int(os.environ.get("CONSOLE_FOLLOWERS_PER_PROCESS", "1000"))
+# Browser terminals and SSH relays one user may hold open at once in one web process
+# (jobs/session_limits.py).
+SESSIONS_PER_USER = int(os.environ.get("CONSOLE_SESSIONS_PER_USER", "8"))
 # Job-scoped persistent directories (checkpoints), bind-mounted into every
 # attempt's containers: on several hosts, a path they all share (NFS).
 JOB_DATA_ROOT = Path(os.environ.get("CONSOLE_JOB_DATA_ROOT", VAR_DIR / "job-data"))

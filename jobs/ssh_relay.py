@@ -9,7 +9,9 @@ has); the user must see the job, which must have asked for SSH remote developmen
 instance must run. Asked again every few seconds, as for the terminal: a user removed from the
 workspace, deactivated or whose token was rotated is cut off.
 Framing: binary frames both ways, the bytes as they are. Close codes: 4401 no credentials,
-4403 not allowed (or no longer), 4410 the instance ended, 4502 the engine could not relay.
+4403 not allowed (or no longer), 4410 the instance ended, 4429 the user holds as many terminals
+and SSH sessions as one may (jobs/session_limits.py), 4502 the engine could not relay
+(console-ssh.py says which).
 """
 
 from __future__ import annotations
@@ -26,9 +28,17 @@ from rest_framework.authentication import TokenAuthentication
 from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import AuthenticationFailed
 
+from . import session_limits
 from .models import TaskRun
 from .runtime import engine, engine_exec, ssh
-from .terminal import CLOSE_ENDED, CLOSE_FORBIDDEN, CLOSE_UNAVAILABLE, open_relay, running_task_run
+from .terminal import (
+    CLOSE_ENDED,
+    CLOSE_FORBIDDEN,
+    CLOSE_TOO_MANY,
+    CLOSE_UNAVAILABLE,
+    open_relay,
+    running_task_run,
+)
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +86,7 @@ def _open(run: TaskRun) -> engine_exec.Relay:
 
 class SshRelayConsumer(AsyncWebsocketConsumer):
     relay: engine_exec.Relay | None = None
+    holds_session = False  # counted in session_limits: given back at disconnect
 
     async def connect(self) -> None:
         kwargs = self.scope["url_route"]["kwargs"]
@@ -89,6 +100,11 @@ class SshRelayConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.run_id = run.id
+        if not session_limits.take(self.user.pk):
+            await self.accept()  # then the close: its code reaches console-ssh.py, which says why
+            await self.close(code=CLOSE_TOO_MANY)
+            return
+        self.holds_session = True
         try:
             self.relay = await sync_to_async(_open, thread_sensitive=False)(run)
         except engine.HOST_ERRORS as exc:
@@ -129,6 +145,9 @@ class SshRelayConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_ENDED)
 
     async def disconnect(self, code) -> None:
+        if self.holds_session:
+            self.holds_session = False
+            session_limits.give_back(self.user.pk)
         if getattr(self, "watch", None) is not None:
             self.watch.cancel()
         if self.relay is not None:

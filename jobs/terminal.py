@@ -8,6 +8,7 @@ Framing:
 - console -> browser, binary frame: what the TTY printed, raw bytes (xterm.js decodes them).
 - console -> browser, text frame: `{"ended": "<why>"}`, right before the console closes.
 - Close codes: 4403 not allowed (or no longer), 4410 the instance or its shell ended,
+  4429 the user holds as many terminals and SSH sessions as one may (jobs/session_limits.py),
   4502 the engine could not start the shell.
 
 An async consumer: nothing here waits on the server's loop. The exec's socket is read by a
@@ -30,7 +31,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib.auth import get_user_model
 
-from . import events
+from . import events, session_limits
 from .access import visible_jobs
 from .models import EventKind, TaskRun
 from .runtime import engine, engine_exec
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 
 CLOSE_FORBIDDEN = 4403
 CLOSE_ENDED = 4410
+CLOSE_TOO_MANY = 4429
 CLOSE_UNAVAILABLE = 4502
 CHECK_S = 2.0  # how often the run's state and the user's access are read again
 SEND_WAIT_S = 30.0  # a chunk the connection does not take within this long ends the terminal
@@ -109,6 +111,13 @@ def _record_opened(run: TaskRun, user) -> None:
     )
 
 
+def too_many_sessions() -> str:
+    return (
+        f"you have {session_limits.limit()} terminals and SSH sessions open, as many as one may; "
+        "close one and try again"
+    )
+
+
 def _size(value) -> tuple[int, int] | None:
     """(rows, cols) from a resize's `[rows, cols]`, or None if it is not one."""
     if not isinstance(value, list) or len(value) != 2:
@@ -123,6 +132,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
 
     session: engine_exec.ExecSession | None = None
     ending = False
+    holds_session = False  # counted in session_limits: given back at disconnect
 
     async def connect(self) -> None:
         kwargs = self.scope["url_route"]["kwargs"]
@@ -139,6 +149,11 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.user_id, self.job_id, self.run_id = user.pk, run.attempt.job_id, run.id
+        if not session_limits.take(self.user_id):
+            await self.send(text_data=json.dumps({"ended": too_many_sessions()}))
+            await self.close(code=CLOSE_TOO_MANY)
+            return
+        self.holds_session = True
         self.loop = asyncio.get_running_loop()
         try:
             self.session = await sync_to_async(_open, thread_sensitive=False)(run, 24, 80)
@@ -215,6 +230,9 @@ class TerminalConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code) -> None:
         self.ending = True
+        if self.holds_session:
+            self.holds_session = False
+            session_limits.give_back(self.user_id)
         watcher = getattr(self, "watcher", None)
         if watcher is not None:
             watcher.cancel()

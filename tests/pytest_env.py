@@ -26,6 +26,8 @@ os.environ.setdefault("CONSOLE_RECONCILE_INTERVAL_S", "2")
 os.environ.setdefault("CONSOLE_FOLLOWER_STALE_AFTER_S", "4")
 os.environ.setdefault("CONSOLE_ORPHAN_GRACE_S", "6")
 os.environ.setdefault("CONSOLE_LOG_LEVEL", "WARNING")
+# Terminals and SSH relays one user may hold open at once (8 in production): a test reaches it.
+os.environ.setdefault("CONSOLE_SESSIONS_PER_USER", "3")
 # Resource charts: a point every 2 s and a batch write every 2 s (10 s each in production), so a
 # test sees a few real points within seconds.
 os.environ.setdefault("CONSOLE_RESOURCE_SAMPLE_S", "2")

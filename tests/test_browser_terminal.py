@@ -47,3 +47,31 @@ def test_terminal_runs_a_command_in_the_running_instance(demo, new_page):  # noq
     wait_for(lambda: not TaskRun.objects.filter(attempt__job=job, state=TaskRun.State.RUNNING).exists(), timeout=30)
     term.reload()
     expect(term.locator("#terminal-status")).to_contain_text("worker-0 is not running")
+
+
+def test_a_terminal_beyond_the_users_bound_says_why(demo, new_page, live_url):  # noqa: F811
+    """A user already holding as many terminals and SSH sessions as one may (3 in the tests,
+    tests/pytest_env.py) opens another: the page says why it closed."""
+    from contextlib import ExitStack
+
+    from django.contrib.auth import get_user_model
+
+    from tests.test_terminal_socket import Shell
+    from tests.test_websockets import open_socket
+
+    user = get_user_model().objects.create_user("three-terminals", password="three-terminals-password")
+    demo.workspace.members.add(user)
+    job = submit_job(demo, name="terminal-bound", command="sleep 300")
+    running_instance(job)
+    with ExitStack() as held:
+        for n in range(3):
+            shell = Shell(held.enter_context(open_socket(live_url, f"/ws/jobs/{job.id}/terminal/0/", user)))
+            shell.type(f"echo held-$((20+{n}))\r")
+            shell.read_until(f"held-{20 + n}".encode())
+        page = new_page()
+        log_in(page, "three-terminals", "three-terminals-password")
+        page.goto(f"/jobs/{job.id}/terminal/0/")
+        expect(page.locator("#terminal-status")).to_have_text(
+            "Closed: you have as many terminals and SSH sessions open as one may. Close one, then reload this page."
+        )
+        shot(page, "terminal-04-too-many")

@@ -94,3 +94,34 @@ def test_the_job_page_says_how_to_connect(demo, ssh_job):
     page = client.get(f"/jobs/{job.id}/?tab=attempts").content.decode()
     assert f"/ws/jobs/{job.id}/ssh/0/" in page and "console-ssh.py" in page
     assert ssh.host_public_key(job).split()[1] in page  # the host key to trust
+
+
+def test_ssh_counts_with_the_terminals_of_its_user(demo, ssh_job, live_url):
+    """Terminals and SSH relays share one bound per user (3 in the tests, tests/pytest_env.py):
+    a user holding three terminals gets no SSH session, and is told why, until one is closed."""
+    from contextlib import ExitStack
+
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    from tests.test_terminal_socket import Shell
+    from tests.test_websockets import open_socket
+
+    job, key, known = ssh_job
+    user = get_user_model().objects.create(username="ssh-and-terminals")
+    demo.workspace.members.add(user)
+    token = Token.objects.create(user=user).key
+    wait_for(lambda: run_ssh(live_url, job, key, known, token, "true").returncode == 0, timeout=60)
+    with ExitStack() as held:
+        for n in range(3):
+            shell = Shell(held.enter_context(open_socket(live_url, f"/ws/jobs/{job.id}/terminal/0/", user)))
+            shell.type(f"echo held-$((10+{n}))\r")
+            shell.read_until(f"held-{10 + n}".encode())
+        refused = run_ssh(live_url, job, key, known, token, "true")
+        assert refused.returncode != 0
+        assert "(4429: you have as many terminals and SSH sessions open as one may" in refused.stderr
+    wait_for(
+        lambda: run_ssh(live_url, job, key, known, token, "true").returncode == 0,
+        timeout=20,
+        message="SSH once the terminals were closed",
+    )

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import ExitStack
 
 import pytest
 from websockets.exceptions import ConnectionClosed
 
 from jobs.models import EventKind, JobEvent, TaskRun
 from jobs.runtime import stop
-from jobs.terminal import CLOSE_ENDED, CLOSE_FORBIDDEN
+from jobs.terminal import CLOSE_ENDED, CLOSE_FORBIDDEN, CLOSE_TOO_MANY
 from tests.conftest import running_instance, submit_job, wait_for
 from tests.test_websockets import open_socket, refused
 
@@ -139,3 +140,43 @@ def test_leaving_hangs_up_the_shell_and_what_it_started(demo, live_url, docker_c
 
     wait_for(lambda: "sleep 4242" not in left() and "sh -i" not in left(), timeout=15, message="the shell hung up")
     assert "sleep 300" in left()  # the job itself runs on
+
+
+def test_one_user_holds_only_so_many_terminals_at_once(demo, live_url):
+    """CONSOLE_SESSIONS_PER_USER is 3 in the tests (tests/pytest_env.py); a user of their own, so
+    that no other test's sockets count."""
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create(username="many-terminals")
+    demo.workspace.members.add(user)
+    job = running_job(demo)
+
+    def shell_for(who, n: int) -> tuple[object, Shell]:
+        ws = open_socket(live_url, path(job), who)
+        shell = Shell(ws)
+        shell.type(f"echo open-$((100+{n}))\r")
+        return ws, shell
+
+    with ExitStack() as held:
+        for n in range(3):
+            ws, shell = shell_for(user, n)
+            held.enter_context(ws)
+            shell.read_until(f"open-{100 + n}".encode())
+        with open_socket(live_url, path(job), user) as ws:
+            extra = Shell(ws)
+            assert extra.closed_code(timeout=10) == CLOSE_TOO_MANY
+        assert "as many as one may" in extra.texts[-1]["ended"]
+        ws, other = shell_for(demo.owner, 7)  # another user's count is their own
+        with ws:
+            other.read_until(b"open-107")
+
+    def opens_again() -> bool:  # the closed ones are given back (at the server's disconnect)
+        try:
+            ws, shell = shell_for(user, 9)
+            with ws:
+                shell.read_until(b"open-109", timeout=10)
+                return True
+        except (AssertionError, ConnectionClosed):
+            return False
+
+    wait_for(opens_again, timeout=20, message="a terminal once the others were closed")

@@ -59,6 +59,16 @@ def read_exact(sock, n: int) -> bytes:
     return data
 
 
+# jobs/ssh_relay.py's close codes.
+CLOSE_REASONS = {
+    4401: ": no API token or session",
+    4403: ": you may not (or no longer) reach this instance",
+    4410: ": the instance ended",
+    4429: ": you have as many terminals and SSH sessions open as one may; close one and try again",
+    4502: ": the instance's engine could not relay",
+}
+
+
 def from_console(sock, out) -> None:
     """The sshd's bytes to stdout; the process ends when the console closes."""
     try:
@@ -78,7 +88,8 @@ def from_console(sock, out) -> None:
             elif opcode == OP_CLOSE:
                 code = struct.unpack("!H", payload[:2])[0] if len(payload) >= 2 else 1005
                 if code != 1000:
-                    sys.stderr.write(f"console-ssh: the console closed the connection ({code})\n")
+                    why = CLOSE_REASONS.get(code, "")
+                    sys.stderr.write(f"console-ssh: the console closed the connection ({code}{why})\n")
                 break
     except (EOFError, OSError):
         pass

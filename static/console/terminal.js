@@ -15,6 +15,7 @@
   function closedText(code) {
     if (code === 4403) return gettext("Closed: you may not (or no longer) use this job's terminal.");
     if (code === 4410) return gettext("The instance ended: the terminal is closed.");
+    if (code === 4429) return gettext("Closed: you have as many terminals and SSH sessions open as one may. Close one, then reload this page.");
     if (code === 4502) return gettext("The shell could not be started in the instance.");
     return "";
   }
