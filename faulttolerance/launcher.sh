@@ -158,6 +158,29 @@ start_apps() {
   done
 }
 
+# Ends every process of the previous run (kill -KILL -1: all but PID 1) and waits until they
+# are gone, at most 2 s: a process being killed still holds its ports and GPU memory for a
+# moment, and a killed daemon (reparented to this shell) stays a zombie, its PID alive to
+# `kill -0`, until this shell reaps it, which its next `wait` does. Only the processes that
+# were there are waited for: an exec started meanwhile (a terminal) is not the old run.
+end_previous_run() {
+  before=""
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    [ "$p" = 1 ] || [ "$p" = "$$" ] || before="$before $p"
+  done
+  kill -KILL -1 2>/dev/null
+  tick=0
+  while [ -n "$before" ] && [ "$tick" -lt 400 ]; do
+    sleep 0.005 &
+    wait $! 2>/dev/null
+    alive=""
+    for p in $before; do [ -d "/proc/$p" ] && alive="$alive $p"; done
+    before=$alive
+    tick=$((tick + 1))
+  done
+}
+
 stopping=0
 child=0
 trap 'signalled=1; stopping=1; [ "$child" -gt 0 ] && kill -TERM "$child" 2>/dev/null' TERM INT
@@ -167,7 +190,7 @@ while :; do
   run=$((run + 1))
   if [ "$run" -gt 1 ]; then
     # Nothing of the previous run survives into this one (its daemons hold GPUs and ports).
-    kill -KILL -1 2>/dev/null
+    end_previous_run
     # The supervisor's follower starts the new run's log at this line (it names the attempt).
     say "process restarted in the same container (run $run, attempt $MA_ATTEMPT)"
   fi
