@@ -204,6 +204,23 @@ def _remove_test_containers(client) -> None:
             pass
 
 
+@pytest.fixture(scope="session", autouse=True)
+def test_database_released(django_db_setup, django_db_blocker):
+    """At the session's end, after its worker and daphne stopped: end whatever connection to the
+    session's test database is left (a killed process's backend that PostgreSQL has not reaped
+    yet), so that pytest-django can drop the database (else a warning, and the database stays)."""
+    yield
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
 @pytest.fixture(scope="session")
 def celery_worker_process(django_db_setup, django_db_blocker):
     celery = str(Path(sys.executable).with_name("celery"))
