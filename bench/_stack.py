@@ -294,7 +294,9 @@ class Stack:
 
 
 def remove_bench_containers(run: str | None = None) -> None:
-    """Containers of one run (its tag), or every benchmark container."""
+    """Containers of one run (its tag), or every benchmark container, then their volumes and
+    networks: the run stops its worker before the console releases an ended job's /cache volumes
+    (the supervisor benchmark left 240 a run)."""
     import docker
 
     label = f"{RUN_LABEL}={run}" if run else f"{BENCH_LABEL[0]}={BENCH_LABEL[1]}"
@@ -302,6 +304,16 @@ def remove_bench_containers(run: str | None = None) -> None:
     for container in client.containers.list(all=True, filters={"label": label}):
         try:
             container.remove(force=True)
+        except docker.errors.APIError:
+            pass
+    for volume in client.volumes.list(filters={"label": label}):
+        try:
+            volume.remove(force=True)
+        except docker.errors.APIError:
+            pass
+    for network in client.networks.list(filters={"label": label}):
+        try:
+            network.remove()
         except docker.errors.APIError:
             pass
     client.close()
