@@ -159,8 +159,11 @@ def useful(runs: list[Run], end_ns: int, live_s: float = LIVE_S) -> Useful:
                 kept.append((ts, (ts - previous) / 1e9))
             previous = ts
         target = run.resume_step
-        # The run that computed the checkpoint this one resumed from: the latest before it.
-        i = next((j for j in range(i - 1, -1, -1) if any(s == target for _, s in runs[j].progress)), -1)
+        # The run that computed the checkpoint this one resumed from: the latest before it that
+        # started below that step. Not "the latest whose log shows that step": the run before a
+        # lost host saved its checkpoint, and the line of that step died with the engine before
+        # anyone read it (Docker's log too), so the walk stopped there and kept only the last run.
+        i = next((j for j in range(i - 1, -1, -1) if runs[j].resume_step < target and runs[j].progress), -1)
         if target == 0 or i < 0:
             break
     computed = sum(len(r.progress) for r in runs)

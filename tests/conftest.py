@@ -222,7 +222,9 @@ def test_database_released(django_db_setup, django_db_blocker):
 
 
 @pytest.fixture(scope="session")
-def celery_worker_process(django_db_setup, django_db_blocker):
+def celery_worker_process(django_db_setup, django_db_blocker, docker_client):
+    # docker_client first: its clean-up (every container of this session) then runs after the
+    # worker stopped; the other way round, a start the worker made while stopping left a container.
     celery = str(Path(sys.executable).with_name("celery"))
     worker = ManagedProcess(
         "celery-worker",
