@@ -37,8 +37,3 @@ def give_back(user_id: int) -> None:
         _open[user_id] -= 1
         if _open[user_id] <= 0:
             del _open[user_id]
-
-
-def held(user_id: int) -> int:
-    with _lock:
-        return _open[user_id]

@@ -38,13 +38,15 @@ def isolate_host(host_id: int, reason: str, job: TrainingJob | None = None) -> b
     isolated = DockerHost.objects.filter(id=host_id, isolated=False).update(
         isolated=True, isolation_reason=reason, isolated_at=timezone.now()
     )
+    if not isolated and job is None:
+        return False
     host = DockerHost.objects.get(id=host_id)
     if not isolated:
         # Isolated already, by reconcile's ping, which told the jobs with a live instance there
         # when it looked: this job's run may have been marked lost just before (a full run
         # caught the job's events silent). Told once per isolation.
         since = {"at__gte": host.isolated_at} if host.isolated_at else {}
-        told = job is None or job.events.filter(kind=EventKind.HOST_ISOLATED, data__host=host.name, **since).exists()
+        told = job.events.filter(kind=EventKind.HOST_ISOLATED, data__host=host.name, **since).exists()
         if not told:
             events.record(
                 job, EventKind.HOST_ISOLATED, f"Host {host.name} isolated: {host.isolation_reason}", host=host.name
