@@ -211,6 +211,9 @@ ORPHAN_GRACE_S = float(os.environ.get("CONSOLE_ORPHAN_GRACE_S", "20"))
 # Running instances one worker process follows at most (jobs/runtime/followers.py); the
 # pools of the other workers adopt the rest.
 FOLLOWERS_PER_PROCESS = int(os.environ.get("CONSOLE_FOLLOWERS_PER_PROCESS", "1000"))
+# A fault-tolerant single-instance job's next container is created while it runs, so that a
+# container-level restart is a start (jobs/runtime/standby.py); "0" turns that off.
+STANDBY_CONTAINERS = os.environ.get("CONSOLE_STANDBY_CONTAINERS", "1") != "0"
 # Browser terminals and SSH relays one user may hold open at once in one web process
 # (jobs/session_limits.py).
 SESSIONS_PER_USER = int(os.environ.get("CONSOLE_SESSIONS_PER_USER", "8"))

@@ -70,6 +70,22 @@ def release_job_resources(job_id: str) -> bool:
 
 
 @shared_task
+def prepare_standby(attempt_id: int) -> bool:
+    """The next attempt's container, made while this one runs (jobs/runtime/standby.py); idempotent."""
+    from jobs.runtime import standby
+
+    return standby.prepare(attempt_id)
+
+
+@shared_task
+def remove_standbys(job_id: str) -> bool:
+    """An ended job's standby containers (jobs/runtime/standby.py); idempotent."""
+    from jobs.runtime import standby
+
+    return standby.remove_for_job(job_id)
+
+
+@shared_task
 def reconcile() -> list[str]:
     from jobs.runtime import reconcile as reconcile_steps
 

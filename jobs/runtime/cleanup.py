@@ -12,13 +12,15 @@ from __future__ import annotations
 import logging
 import shutil
 from datetime import UTC, datetime
+from uuid import UUID
 
 from django.conf import settings
+from django.db.models import Max
 from django.utils import timezone
 
-from jobs.models import RETAINED_PHASES, Attempt, DockerHost, TaskRun, TrainingJob
+from jobs.models import FINAL_PHASES, RETAINED_PHASES, Attempt, DockerHost, TaskRun, TrainingJob
 
-from . import engine, ssh
+from . import engine, ssh, standby
 from .layout import LOCAL_CODE_STAGING
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,8 @@ def release_job_resources(job_id) -> bool:
 def _release_on_host(job: TrainingJob, host: DockerHost) -> bool:
     label = f"console.job={job.id}"
     try:
+        for container in standby.standbys_on(host, job.id):  # what finish() queued may have missed
+            engine.remove_container(container)
         if engine.containers_labelled(host, label):
             return False  # still being drained or removed; volumes in use cannot go
         engine.remove_labelled_volumes_and_networks(host, label)  # and the job's own network
@@ -108,8 +112,12 @@ def remove_orphaned_containers() -> bool:
             log.info("cannot list the containers of %s: %s", host.name, exc)
             continue
         old_enough = {}
+        standbys = {}
         for container in containers:
-            name = (container.attrs.get("Names") or ["/"])[0].lstrip("/")
+            name = standby.name_of(container)
+            if standby.is_standby(container):
+                standbys[name] = container
+                continue
             created = datetime.fromtimestamp(container.attrs.get("Created", 0), tz=UTC)
             if created <= cutoff:
                 old_enough[name] = (container, created < unknown_cutoff)
@@ -123,7 +131,53 @@ def remove_orphaned_containers() -> bool:
                 log.warning("removed orphaned container %s on %s", name, host.name)
             except engine.EngineError as exc:
                 log.info("could not remove orphaned container %s: %s", name, exc)
+        for name in _unusable_standbys(host, standbys):
+            standby.remove_quietly(standbys[name])
+            removed = True
+            log.info("removed standby container %s on %s: nothing will start it", name, host.name)
     return removed
+
+
+def _unusable_standbys(host: DockerHost, standbys: dict) -> list[str]:
+    """Standbys (standby.py) no restart will take: their job ended (or is gone), or the attempt they
+    were made for started elsewhere or never came. One taken over since the listing (its task run
+    is on this host now) is kept; so is one for the attempt after the job's latest."""
+    if not standbys:
+        return []
+    runs = TaskRun.objects.filter(container_name__in=list(standbys)).values_list("container_name", "host_id")
+    here = {name for name, host_id in runs if host_id == host.id}
+    elsewhere = {name for name, host_id in runs if host_id != host.id}
+    job_ids = {standby.labels_of(c).get("console.job") for c in standbys.values()}
+    jobs = {
+        str(row["id"]): row
+        for row in TrainingJob.objects.filter(id__in=[j for j in job_ids if _is_uuid(j)])
+        .annotate(latest=Max("attempts__number"))
+        .values("id", "phase", "terminate_requested", "latest")
+    }
+    unusable = []
+    for name, container in standbys.items():
+        if name in here:
+            continue
+        labels = standby.labels_of(container)
+        job = jobs.get(labels.get("console.job", ""))
+        usable = (
+            job is not None
+            and name not in elsewhere
+            and not job["terminate_requested"]
+            and job["phase"] not in FINAL_PHASES
+            and str((job["latest"] or 0) + 1) == labels.get("console.attempt")
+        )
+        if not usable:
+            unusable.append(name)
+    return unusable
+
+
+def _is_uuid(value) -> bool:
+    try:
+        UUID(str(value))
+    except ValueError:
+        return False
+    return True
 
 
 def _runs_by_container_name(names) -> dict[str, list[dict]]:

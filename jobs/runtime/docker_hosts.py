@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 from django.conf import settings
 
 from faulttolerance.launcher import LAUNCHER, check_environment
@@ -19,6 +22,17 @@ from .staging import job_data_dir  # noqa: F401 - part of this API
 MA_USER = engine.MA_USER
 # Each multi-instance job has a network of its own: the port is the job's, not the host's.
 MASTER_PORT = 29500
+
+
+# A container created ahead of its attempt (standby.py); once started it is that attempt's
+# container like any other (labels cannot change: "created" is what marks a standby).
+STANDBY_LABEL = "console.standby"
+SPEC_LABEL = "console.spec"  # the standby's spec_fingerprint()
+
+
+def container_name(job: TrainingJob, attempt_number: int, index: int) -> str:
+    """The name of instance `index`'s container of attempt `attempt_number` (unique per engine)."""
+    return f"tj-{job.id.hex}-a{attempt_number}-w{index}"
 
 
 def container_labels(job: TrainingJob, attempt: Attempt, task_run: TaskRun) -> dict[str, str]:
@@ -129,15 +143,48 @@ def resource_kwargs(job: TrainingJob, pool: ResourcePool | None = None) -> dict:
     return limits
 
 
-def container_create_kwargs(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hosts: list[DockerHost]) -> dict:
+def container_create_kwargs(
+    job: TrainingJob, attempt: Attempt, task_run: TaskRun, hosts: list[DockerHost], *, standby: bool = False
+) -> dict:
     """Everything `containers.create` needs for this instance. Prepares the host side of its
-    mounts first (the code copy and backup, missing directories): may raise staging.StagingError."""
+    mounts first (the code copy and backup, missing directories): may raise staging.StagingError.
+    A standby (standby.py) is made while the attempt before it still runs; it carries the
+    fingerprint of its spec, which its take-over compares with spec_now()'s."""
+    runtime = staging.prepare_sources(job, attempt, task_run, standby=standby)
+    control = engine.make_control_dir(job.id, task_run.container_name)
+    spec = _spec(job, attempt, task_run, hosts, runtime, staging.mounts_for(job, attempt, task_run, runtime), control)
+    if standby:
+        spec["labels"] = {**spec["labels"], STANDBY_LABEL: "1", SPEC_LABEL: spec_fingerprint(spec)}
+    return spec
+
+
+def spec_now(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hosts: list[DockerHost]) -> dict:
+    """The spec create would give this instance now, staging nothing: every bind source confined
+    and every grant asked again (staging.recheck_sources). Raises staging.StagingError."""
+    runtime = layout.runtime_layout(job)
+    mounts = staging.recheck_sources(job, attempt, task_run, runtime)
+    return _spec(job, attempt, task_run, hosts, runtime, mounts, engine.control_dir(job.id, task_run.container_name))
+
+
+def spec_fingerprint(spec: dict) -> str:
+    """What a spec asks of Docker, but its labels (a standby's add two), as one digest."""
+    asked = {key: value for key, value in spec.items() if key != "labels"}
+    return hashlib.sha256(json.dumps(asked, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _spec(
+    job: TrainingJob,
+    attempt: Attempt,
+    task_run: TaskRun,
+    hosts: list[DockerHost],
+    runtime: list[LayoutEntry],
+    mounts: list,
+    control,
+) -> dict:
     pool = pool_of(task_run.host)
     multi = job.node_count > 1
     flavor = job.flavor
     shm_gb = flavor.shm_size_gb if flavor and flavor.shm_size_gb else pool.shm_size_gb
-    runtime = staging.prepare_sources(job, attempt, task_run)
-    control = engine.make_control_dir(job.id, task_run.container_name)
     return {
         **resource_kwargs(job, pool),
         "image": job.image,
@@ -162,7 +209,7 @@ def container_create_kwargs(job: TrainingJob, attempt: Attempt, task_run: TaskRu
         # and SSH dirs: the same list the create wizard previews (layout.runtime_layout); then
         # the console's tools (read-only) and the container's control dir.
         "mounts": [
-            *staging.mounts_for(job, attempt, task_run, runtime),
+            *mounts,
             engine.bind_mount(engine.TOOLS_MOUNT, str(engine.runtime_tools_dir()), read_only=True),
             engine.bind_mount(engine.CONTROL_MOUNT, str(control)),
         ],
@@ -178,10 +225,12 @@ def container_create_kwargs(job: TrainingJob, attempt: Attempt, task_run: TaskRu
     }
 
 
-def create_container(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hosts: list[DockerHost]):
+def create_container(
+    job: TrainingJob, attempt: Attempt, task_run: TaskRun, hosts: list[DockerHost], *, standby: bool = False
+):
     """Create (not start) this instance's container on its host; on the job's network (made
     first, engine.ensure_internal_network), the other instances know it by its host name."""
-    spec = container_create_kwargs(job, attempt, task_run, hosts)
+    spec = container_create_kwargs(job, attempt, task_run, hosts, standby=standby)
     if spec["network"] != "none":
         engine.ensure_internal_network(task_run.host, spec["network"], staging.volume_labels(job, "network"))
     return engine.create_container(task_run.host, spec, network_alias=instance_hostname(job, task_run.index))

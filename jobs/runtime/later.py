@@ -58,3 +58,13 @@ def delete_job_logs(job_id: UUID | str) -> None:
 def release_job_resources(job_id: UUID | str) -> None:
     """Remove an ended job's volumes and code copies from its hosts (cleanup.py)."""
     _after_commit(tasks.release_job_resources, str(job_id))
+
+
+def prepare_standby(attempt_id: int) -> None:
+    """Create the next attempt's container while this one runs (standby.py)."""
+    _after_commit(tasks.prepare_standby, attempt_id)
+
+
+def remove_standbys(job_id: UUID | str) -> None:
+    """Remove an ended job's standby containers (standby.py)."""
+    _after_commit(tasks.remove_standbys, str(job_id))

@@ -11,7 +11,7 @@ from faulttolerance.classify import PREEMPTED
 from faulttolerance.models import RecoveryRecord
 from jobs.models import Attempt, DockerHost, Phase, TaskRun, TrainingJob
 
-from . import later, placement, preemption, start, stop
+from . import docker_hosts, later, placement, preemption, start, stop
 from .lifecycle import active_attempt, announce
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def new_attempt(job: TrainingJob, hosts: list[DockerHost], level: str, reuse: di
                 )
             )
         else:
-            name = f"tj-{job.id.hex}-a{number}-w{index}"
+            name = docker_hosts.container_name(job, number, index)
             runs.append(TaskRun(attempt=attempt, index=index, host=host, container_name=name))
     TaskRun.objects.bulk_create(runs)
     transaction.on_commit(lambda: _start_now(attempt.id))

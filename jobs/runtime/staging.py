@@ -191,14 +191,16 @@ def _job_data_source(relative: str, what: str) -> Path:
         raise StagingError(f"{what}: '{exc.at}' below the job data root {exc.reason}; refused.") from None
 
 
-def stage_local_code(job: TrainingJob, attempt: Attempt, task_run: TaskRun) -> Path:
+def stage_local_code(job: TrainingJob, attempt: Attempt, task_run: TaskRun, *, remove_older: bool = True) -> Path:
     """This container's local code dir: a fresh copy of the code dir's folder, owned by ma-user.
 
     A copy, not the object storage folder itself: instances write into their code dir
     (caches, outputs) without touching the user's code or each other, as each instance
     downloads the code in ModelArts. One copy per attempt and instance, made once (a
     start retried for the same attempt reuses it); a process-level restart keeps the
-    container and so its copy, a container-level restart gets a new one.
+    container and so its copy, a container-level restart gets a new one. A standby container
+    (standby.py) is staged while an earlier copy is still bound in the running container:
+    it keeps the older copies (`remove_older=False`) until it is taken over.
 
     The code dir is read without following any link on the way (a link planted in the bucket is
     refused) and copied with hostpaths.copytree_into: links are copied as links, never followed.
@@ -209,15 +211,30 @@ def stage_local_code(job: TrainingJob, attempt: Attempt, task_run: TaskRun) -> P
         with hostpaths.open_dir(root, f"{LOCAL_CODE_STAGING}/{job.id}", create=True) as parent:
             if not hostpaths.is_dir_at(parent, name):
                 _copy_code(job, parent, name)
-            # Earlier attempts' copies of this instance belong to containers that are gone.
-            for old in os.listdir(parent):
-                number, _, index = old[1:].partition("-w")
-                if old.startswith("a") and number.isdigit() and index == str(task_run.index):
-                    if int(number) < attempt.number:
-                        _remove_quietly(parent, old)
+            if remove_older:
+                _remove_older_copies(parent, attempt, task_run)
     except hostpaths.PathEscape as exc:
         raise StagingError(f"Local code dir: '{exc.at}' {exc.reason}; refused.") from None
     return local_code_path(job, attempt, task_run)
+
+
+def _remove_older_copies(parent: int, attempt: Attempt, task_run: TaskRun) -> None:
+    for old in os.listdir(parent):  # earlier attempts' copies: their containers are gone
+        number, _, index = old[1:].partition("-w")
+        if old.startswith("a") and number.isdigit() and index == str(task_run.index):
+            if int(number) < attempt.number:
+                _remove_quietly(parent, old)
+
+
+def remove_older_code_copies(job: TrainingJob, attempt: Attempt, task_run: TaskRun) -> None:
+    """Earlier attempts' copies of this instance, left by a standby's staging, once it is taken over."""
+    if not job.code_dir:
+        return
+    try:
+        with hostpaths.open_dir(_job_data_root_made(), f"{LOCAL_CODE_STAGING}/{job.id}") as parent:
+            _remove_older_copies(parent, attempt, task_run)
+    except (hostpaths.PathEscape, OSError):
+        pass  # nothing staged, or a link where the console's folder was: nothing of ours to remove
 
 
 def code_budget() -> hostpaths.CopyBudget:
@@ -322,7 +339,12 @@ def _refuse_shared_paths(layout: list[LayoutEntry]) -> None:
 
 
 def prepare_sources(
-    job: TrainingJob, attempt: Attempt, task_run: TaskRun, layout: list[LayoutEntry] | None = None
+    job: TrainingJob,
+    attempt: Attempt,
+    task_run: TaskRun,
+    layout: list[LayoutEntry] | None = None,
+    *,
+    standby: bool = False,
 ) -> list[LayoutEntry]:
     """Make on the host what the mounts of this container need; returns the layout used.
 
@@ -333,17 +355,29 @@ def prepare_sources(
     _refuse_shared_paths(layout)
     try:
         for entry in layout:
-            _prepare(job, attempt, task_run, entry)
+            _prepare(job, attempt, task_run, entry, standby)
     except OSError as exc:
         raise StagingError(f"Preparing the job's directories failed: {exc}") from None
     return layout
 
 
-def _prepare(job: TrainingJob, attempt: Attempt, task_run: TaskRun, entry: LayoutEntry) -> None:
+def recheck_sources(job: TrainingJob, attempt: Attempt, task_run: TaskRun, layout: list[LayoutEntry]) -> list[Mount]:
+    """The mounts this container would get now, every source confined and every grant asked again,
+    staging nothing: right before a standby (standby.py) starts. Raises StagingError."""
+    _refuse_shared_paths(layout)
+    for entry in layout:
+        if entry.kind == Kind.FILE_SYSTEM and entry.ref[0] is not None:
+            _check_file_system_grant(job, entry.ref[0], entry.what)
+        elif entry.kind == Kind.SUMMARY and entry.ref is not None:
+            _check_file_system_grant(job, entry.ref, entry.what)
+    return mounts_for(job, attempt, task_run, layout)
+
+
+def _prepare(job: TrainingJob, attempt: Attempt, task_run: TaskRun, entry: LayoutEntry, standby: bool) -> None:
     if entry.kind == Kind.JOB_DATA:
         job_data_dir(job)
     elif entry.kind == Kind.LOCAL_CODE:
-        backup_code(job, task_run, stage_local_code(job, attempt, task_run))
+        backup_code(job, task_run, stage_local_code(job, attempt, task_run, remove_older=not standby))
     elif entry.kind == Kind.DATASET:
         if entry.ref is None:
             raise StagingError(f"{entry.what} no longer exists.")

@@ -16,7 +16,7 @@ from faulttolerance.models import RecoveryRecord
 from jobs import events
 from jobs.models import Attempt, DockerHost, EventKind, Phase, TaskRun, TrainingJob
 
-from . import docker_hosts, engine, followers, later, stop
+from . import docker_hosts, engine, followers, later, standby, stop
 from .engine import HOST_ERRORS
 from .lifecycle import announce, lock_job
 from .logs import docker_time
@@ -28,11 +28,14 @@ CREATE_RACE_TRIES = 100  # x 50 ms: a concurrent create of the same container ta
 
 def _create_and_start(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hosts: list[DockerHost]):
     """Create and start the instance's container, or take the one a start of this same
-    attempt already made (a retried or concurrent start): one container per task run,
-    and a name already in use (409) is that container, not a failed start."""
+    attempt already made (a retried or concurrent start) or the standby made for it while the
+    attempt before ran (standby.py): one container per task run, and a name already in use
+    (409) is that container, not a failed start."""
     container = None
     for _ in range(CREATE_RACE_TRIES):
         container = engine.container_or_none(task_run.host, task_run.container_name)
+        if container is not None and not standby.take_over(job, attempt, task_run, container):
+            continue  # a standby that may not be used was removed: create afresh
         if container is not None:
             break
         try:
@@ -194,4 +197,6 @@ def start_attempt(attempt_id: int) -> bool:
         followers.follow_soon(task_run_id)
     if failed or TrainingJob.objects.filter(id=job.id, terminate_requested=True).exists():
         later.end_attempt(attempt.id)
+    elif standby.wanted(job):
+        later.prepare_standby(attempt.id)
     return True

@@ -11,7 +11,7 @@ from django.utils import timezone
 from jobs import events
 from jobs.models import FINAL_PHASES, RETAINED_PHASES, Attempt, EventKind, Phase, TaskRun, TrainingJob
 
-from . import engine, later, schedule
+from . import engine, later, schedule, standby
 from .engine import HOST_ERRORS
 from .lifecycle import active_attempt, announce
 
@@ -45,6 +45,8 @@ def finish(job: TrainingJob, phase: str, reason: str) -> None:
     announce(job.id)
     transaction.on_commit(lambda: schedule.kick_queue(job))
     later.job_outputs(job.id)  # auto-publish and log export, once (outputs.py)
+    if standby.wanted(job):
+        later.remove_standbys(job.id)  # kept or not, nothing will start them any more
 
 
 # -- auto stop and retention (SPEC §3 "more settings") -------------------------------
