@@ -18,8 +18,9 @@ Runs the production stack (PostgreSQL + Redis + a separate Celery worker and dap
 bench/_stack.py). All times come from one clock: Docker's event and log timestamps and the
 worker's database timestamps (same kernel).
 
-Targets: container level within 1.5x of the bare start; process level faster than the bare
-start; every console retry faster than Docker's policy at the same retry. Exit status 0 when met.
+Targets (the issue "One supervisor that scales"): container level within 1.15x of the bare start;
+process level within 50 ms; every console retry faster than Docker's policy at the same retry.
+Exit status 0 when met.
 
     .venv/bin/python bench/restart_latency.py [--bare 20] [--policy-runs 3] [--jobs 3] [--process-jobs 7]
 """
@@ -48,7 +49,8 @@ from bench._stack import BENCH_LABEL, BUSYBOX, Stack  # noqa: E402
 from bench._trace import enable_docker_trace, median, ms, read_trace, trace_breakdown  # noqa: E402
 
 RETRIES = 6
-CONTAINER_TARGET_RATIO = 1.5
+CONTAINER_TARGET_RATIO = 1.15  # the issue "One supervisor that scales"
+PROCESS_TARGET_MS = 50
 
 
 def dt_ns(value) -> int:
@@ -136,6 +138,14 @@ def wait_attempt_running(client, job_id: str, n: int) -> tuple[object, int]:
     return container, first_line(lines, lambda t: t == marker)
 
 
+def standby_of(client, job_id: str, n: int):
+    """Attempt n's container of the job, made ahead and not started yet."""
+    found = client.containers.list(
+        all=True, sparse=True, filters={"label": [f"console.job={job_id}", f"console.attempt={n}"]}
+    )
+    return next((c for c in found if c.attrs.get("State") == "created"), None)
+
+
 def kill_job_repeatedly(stack: Stack, client, events: Events, bare: BareStart, j: int) -> list[dict]:
     """One job with R = RETRIES; its container is SIGKILLed RETRIES times; one sample per kill."""
     from faulttolerance.models import RecoveryRecord
@@ -154,6 +164,9 @@ def kill_job_repeatedly(stack: Stack, client, events: Events, bare: BareStart, j
         if n == RETRIES + 1:
             break
         time.sleep(0.3)  # a healthy moment: the follower is reading, the hang watch has ticked
+        # A training run dies hours in, long after its standby (the next attempt's container,
+        # jobs/runtime/standby.py) was made: kill once it is there, as a real restart finds it.
+        poll(partial(standby_of, client, job_id, n + 1), 10, f"attempt {n + 1}'s standby")
         container.kill()  # SIGKILL from outside: the console did not send it
         events.wait(partial(event_at, "start", n + 1), timeout=30, what=f"attempt {n + 1} to start")
     terminate(stack, job_id)
@@ -172,6 +185,7 @@ def kill_job_repeatedly(stack: Stack, client, events: Events, bare: BareStart, j
                 "attempt_ended": dt_ns(attempts[n].ended_at),
                 "next_created": dt_ns(attempts[n + 1].created_at),
                 "create": event_at("create", n + 1),
+                "standby": 0 < event_at("create", n + 1) < event_at("die", n),
                 "archive": event_at("extract-to-dir", n + 1),
                 "start": event_at("start", n + 1),
                 "user": user_running[n + 1],
@@ -371,7 +385,7 @@ def main() -> int:
     container_level = [ms(s["start"] - s["die"]) for s in container if s["level"] == "container"]
     job_level = [ms(s["start"] - s["die"]) for s in container if s["level"] == "job"]
     ok = median(container_level) <= CONTAINER_TARGET_RATIO * bare_ms
-    verdicts.append(("container level <= 1.5x bare start", ok))
+    verdicts.append((f"container level <= {CONTAINER_TARGET_RATIO}x bare start", ok))
     row(
         "(c) console container level: die -> start",
         container_level,
@@ -397,15 +411,18 @@ def main() -> int:
     db_values = [ms(s["db_running_again"] - s["db_detected"]) for s in container]
     row("(c) console, all retries: RecoveryRecord downtime", db_values, bare_ms, None)
 
+    standbys = sum(1 for s in container if s["standby"])
+    print(f"  ({standbys} of {len(container)} container restarts started a standby made while the job ran)")
+
     process_values = [ms(s["user"] - s["exit"]) for s in process]
-    ok = median(process_values) < bare_ms
-    verdicts.append(("process level < bare start", ok))
+    ok = median(process_values) <= PROCESS_TARGET_MS
+    verdicts.append((f"process level <= {PROCESS_TARGET_MS} ms", ok))
     row(
         "(d) console process level: exit -> running",
         process_values,
         bare_ms,
         docker_ms[1],
-        f"< {bare_ms:.0f} {'MET' if ok else 'MISSED'}",
+        f"<= {PROCESS_TARGET_MS} {'MET' if ok else 'MISSED'}",
     )
     ok = median(process_values) < docker_ms[1]
     verdicts.append(("process level < Docker retry 1", ok))
@@ -414,15 +431,23 @@ def main() -> int:
         print(f"  warning: {len(bad)} process-level samples were not restarted in place: {bad}")
 
     breakdown(
-        "(c) where the time goes, container restarts",
-        container,
+        "(c) where the time goes, container restarts that started a standby",
+        [s for s in container if s["standby"]],
         [
-            ("die -> container removed (follower: noticed, marked, removed)", "die", "destroy"),
-            ("container removed -> attempt ended (claimed for the decision)", "destroy", "attempt_ended"),
+            ("die -> attempt ended (follower noticed; claimed for the decision)", "die", "attempt_ended"),
             ("attempt ended -> next attempt created (classify, decide)", "attempt_ended", "next_created"),
-            ("next attempt created -> `create` event (commit, Celery, create)", "next_created", "create"),
-            ("`create` -> `extract-to-dir` event (put_archive /etc/volcano)", "create", "archive"),
-            ("`extract-to-dir` -> `start` event (reload, docker start)", "archive", "start"),
+            ("next attempt created -> `start` event (commit, re-check, start)", "next_created", "start"),
+            ("`start` -> user process's first line (launcher env checks)", "start", "user"),
+        ],
+    )
+    breakdown(
+        "(c) where the time goes, container restarts that created their container",
+        [s for s in container if not s["standby"]],
+        [
+            ("die -> attempt ended (follower noticed; claimed for the decision)", "die", "attempt_ended"),
+            ("attempt ended -> next attempt created (classify, decide)", "attempt_ended", "next_created"),
+            ("next attempt created -> `create` event (commit, stage, create)", "next_created", "create"),
+            ("`create` -> `start` event (docker start)", "create", "start"),
             ("`start` -> user process's first line (launcher env checks)", "start", "user"),
         ],
     )
