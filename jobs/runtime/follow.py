@@ -51,9 +51,11 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
     try:
         while True:
             try:
-                # Inside the try: a new client asks the engine for its API version.
-                ref = task_run.container_id or task_run.container_name
-                container = engine.container(task_run.host, ref, timeout=None)
+                # Inside the try: a new client asks the engine for its API version. The drain
+                # reads an ended container's log once more: the handle it ended with will do.
+                if container is None or not drained:
+                    ref = task_run.container_id or task_run.container_name
+                    container = engine.container(task_run.host, ref, timeout=None)
                 if sampler is None:
                     recorder = _resource_recorder(task_run, container)
                     sampler = Sampler(watch, container, recorder)
@@ -61,7 +63,8 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
                 follower.follow(task_run, container, on_tick)
                 if follower.lost_ownership:
                     return False
-                engine.refresh(container)
+                if not drained:  # an ended container's state is final: read once
+                    engine.refresh(container)
             except ProcessExited as exit_:
                 successor = process_exited(task_run, exit_.code, exit_.oom_killed)
                 if successor is not None:
@@ -81,6 +84,7 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
                 engine.forget_client(task_run.host)
                 if engine.answers(task_run.host):
                     task_run.refresh_from_db()
+                    container = None  # its client was forgotten: look the container up again
                     continue  # a broken stream on a live host: follow again from the last line
                 _mark_lost(task_run, f"Docker host {task_run.host.name} became unreachable: {exc}")
                 break
