@@ -131,3 +131,39 @@ def test_no_standby_for_a_job_without_fault_tolerance(demo, worker, docker_clien
     assert names == [plain.attempts.get().task_runs.get().container_name]
     stop.request_terminate(plain.id)
     wait_for(lambda: ended(plain), message="Terminated")
+
+
+def test_a_key_pair_deleted_while_the_job_ran_gives_no_access_through_its_standby(demo, worker, docker_client):
+    """The SSH files were staged with the standby, the user's key still in authorized_keys; the
+    user deletes the key pair; the take-over, right before the standby's start, writes them again.
+    (Called here directly: a real restart would also make the next standby, which rewrites them.)"""
+    from jobs.models import KeyPair, TrainingJob
+    from jobs.runtime import ssh
+    from tests.conftest import PYTHON_IMAGE
+
+    _, public = ssh.generate_key_pair("owner@laptop")
+    pair = KeyPair.objects.create(owner=demo.owner, name="laptop", public_key=public.decode().strip())
+    job = submit_job(
+        demo,
+        name="remote",
+        image=PYTHON_IMAGE,
+        command=LOOP,
+        ssh_remote=True,
+        ssh_key_pair=pair,
+        fault_tolerance=True,
+        max_restarts=2,
+    )
+    first = wait_for(lambda: job.attempts.filter(number=1, state=Attempt.State.RUNNING).first(), message="attempt 1")
+    waiting = created_standby(docker_client, job, 2)
+    authorized = ssh.ssh_dir_path(job) / "authorized_keys"
+    assert authorized.read_text().strip() == pair.public_key
+    pair.delete()
+
+    job = TrainingJob.objects.get(id=job.id)
+    next_attempt = Attempt(job=job, number=2, level="container")
+    host = first.task_runs.get().host
+    next_run = TaskRun(attempt=next_attempt, index=0, host=host, container_name=standby.name_of(waiting))
+    assert standby.take_over(job, next_attempt, next_run, waiting)  # the same spec: it may start
+    assert authorized.read_text() == ""  # but the access went with the key pair
+    stop.request_terminate(job.id)
+    wait_for(lambda: ended(job), message="Terminated")

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db.models import Max
 from django.utils import timezone
 
-from jobs.models import FINAL_PHASES, RETAINED_PHASES, Attempt, DockerHost, TaskRun, TrainingJob
+from jobs.models import RETAINED_PHASES, Attempt, DockerHost, TaskRun, TrainingJob
 
 from . import engine, ssh, standby
 from .layout import LOCAL_CODE_STAGING
@@ -131,20 +131,28 @@ def remove_orphaned_containers() -> bool:
                 log.warning("removed orphaned container %s on %s", name, host.name)
             except engine.EngineError as exc:
                 log.info("could not remove orphaned container %s: %s", name, exc)
-        for name in _unusable_standbys(host, standbys):
+        for name in _unusable_standbys(host, standbys, unknown_cutoff):
             standby.remove_quietly(standbys[name])
             removed = True
             log.info("removed standby container %s on %s: nothing will start it", name, host.name)
     return removed
 
 
-def _unusable_standbys(host: DockerHost, standbys: dict) -> list[str]:
-    """Standbys (standby.py) no restart will take: their job ended (or is gone), or the attempt they
-    were made for started elsewhere or never came. One taken over since the listing (its task run
-    is on this host now) is kept; so is one for the attempt after the job's latest."""
+def _unusable_standbys(host: DockerHost, standbys: dict, unknown_cutoff) -> list[str]:
+    """Standbys (standby.py) no restart will take: their job ended, or the attempt they were made
+    for started elsewhere or never came. One taken over since the listing (its task run is on this
+    host now) is kept; so is one for the attempt after the job's latest. One of a job this console
+    does not know is left UNKNOWN_GRACE_S, as any container it cannot tell the purpose of."""
     if not standbys:
         return []
-    runs = TaskRun.objects.filter(container_name__in=list(standbys)).values_list("container_name", "host_id")
+    names = list(standbys)
+    runs = [
+        run
+        for start in range(0, len(names), 900)  # SQLite before 3.32 takes at most 999 parameters
+        for run in TaskRun.objects.filter(container_name__in=names[start : start + 900]).values_list(
+            "container_name", "host_id"
+        )
+    ]
     here = {name for name, host_id in runs if host_id == host.id}
     elsewhere = {name for name, host_id in runs if host_id != host.id}
     job_ids = {standby.labels_of(c).get("console.job") for c in standbys.values()}
@@ -160,13 +168,16 @@ def _unusable_standbys(host: DockerHost, standbys: dict) -> list[str]:
             continue
         labels = standby.labels_of(container)
         job = jobs.get(labels.get("console.job", ""))
-        usable = (
-            job is not None
-            and name not in elsewhere
-            and not job["terminate_requested"]
-            and job["phase"] not in FINAL_PHASES
-            and str((job["latest"] or 0) + 1) == labels.get("console.attempt")
-        )
+        if job is None:
+            created = datetime.fromtimestamp(container.attrs.get("Created", 0), tz=UTC)
+            usable = created >= unknown_cutoff
+        else:
+            usable = (
+                name not in elsewhere
+                and not job["terminate_requested"]
+                and job["phase"] not in standby.ENDED_PHASES
+                and str((job["latest"] or 0) + 1) == labels.get("console.attempt")
+            )
         if not usable:
             unusable.append(name)
     return unusable

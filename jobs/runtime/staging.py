@@ -228,8 +228,6 @@ def _remove_older_copies(parent: int, attempt: Attempt, task_run: TaskRun) -> No
 
 def remove_older_code_copies(job: TrainingJob, attempt: Attempt, task_run: TaskRun) -> None:
     """Earlier attempts' copies of this instance, left by a standby's staging, once it is taken over."""
-    if not job.code_dir:
-        return
     try:
         with hostpaths.open_dir(_job_data_root_made(), f"{LOCAL_CODE_STAGING}/{job.id}") as parent:
             _remove_older_copies(parent, attempt, task_run)
@@ -363,13 +361,16 @@ def prepare_sources(
 
 def recheck_sources(job: TrainingJob, attempt: Attempt, task_run: TaskRun, layout: list[LayoutEntry]) -> list[Mount]:
     """The mounts this container would get now, every source confined and every grant asked again,
-    staging nothing: right before a standby (standby.py) starts. Raises StagingError."""
+    right before a standby (standby.py) starts; of its staging only the SSH files are made again
+    (authorized_keys follows the user's key pair as it is now). Raises StagingError."""
     _refuse_shared_paths(layout)
     for entry in layout:
         if entry.kind == Kind.FILE_SYSTEM and entry.ref[0] is not None:
             _check_file_system_grant(job, entry.ref[0], entry.what)
         elif entry.kind == Kind.SUMMARY and entry.ref is not None:
             _check_file_system_grant(job, entry.ref, entry.what)
+        elif entry.kind == Kind.SSH:
+            _prepare(job, attempt, task_run, entry, True)
     return mounts_for(job, attempt, task_run, layout)
 
 

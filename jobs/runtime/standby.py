@@ -30,13 +30,16 @@ import logging
 
 from django.conf import settings
 
-from jobs.models import Attempt, DockerHost, TaskRun, TrainingJob
+from jobs.models import FINAL_PHASES, RETAINED_PHASES, Attempt, DockerHost, TaskRun, TrainingJob
 
 from . import docker_hosts, engine, staging
 from .docker_hosts import STANDBY_LABEL
 from .engine import HOST_ERRORS
 
 log = logging.getLogger(__name__)
+
+# A job in one of these will never start a standby (a retained job keeps its containers, not its standby).
+ENDED_PHASES = FINAL_PHASES | RETAINED_PHASES
 
 
 def wanted(job: TrainingJob) -> bool:
@@ -56,6 +59,8 @@ def labels_of(container) -> dict:
 
 
 def is_standby(container) -> bool:
+    """Made ahead and never started: labels cannot change, so a standby once started is told
+    apart by its state alone (a listing gives the state as a word, an inspect as a dict)."""
     state = container.attrs.get("State")
     status = state.get("Status") if isinstance(state, dict) else state
     return labels_of(container).get(STANDBY_LABEL) == "1" and status == "created"
@@ -109,7 +114,7 @@ def _still_wanted(job_id, number: int, name: str, host: DockerHost) -> bool:
     if TaskRun.objects.filter(container_name=name, host=host).exists():
         return True  # taken over already by the restart it was made for
     job = TrainingJob.objects.filter(id=job_id).values("phase", "terminate_requested").first()
-    if job is None or job["terminate_requested"] or TrainingJob(phase=job["phase"]).is_final:
+    if job is None or job["terminate_requested"] or job["phase"] in ENDED_PHASES:
         return False
     return _latest_attempt(job_id) == number
 
@@ -123,16 +128,20 @@ def take_over(job: TrainingJob, attempt: Attempt, task_run: TaskRun, container) 
     try:
         now = docker_hosts.spec_fingerprint(docker_hosts.spec_now(job, attempt, task_run, [task_run.host]))
     except staging.StagingError as exc:
-        log.info("standby %s not used: %s", task_run.container_name, exc)
-        remove_quietly(container)
-        return False
+        return _refuse(container, task_run, str(exc))
     if labels_of(container).get(docker_hosts.SPEC_LABEL) != now:
         # An operator changed the pool (its limits, its environment checks), a grant, a flavor...
-        log.info("standby %s not used: its spec is not what create would give now", task_run.container_name)
-        remove_quietly(container)
-        return False
+        return _refuse(container, task_run, "its spec is not what create would give now")
     staging.remove_older_code_copies(job, attempt, task_run)
     return True
+
+
+def _refuse(container, task_run: TaskRun, why: str) -> bool:
+    """Remove a standby that may not be started. Fails closed: a standby that cannot be removed
+    fails the start (the engine's error propagates) rather than being found and started again."""
+    log.info("standby %s not used: %s", task_run.container_name, why)
+    engine.remove_container(container)
+    return False
 
 
 def remove_quietly(container) -> None:

@@ -35,7 +35,7 @@ def _create_and_start(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hos
     for _ in range(CREATE_RACE_TRIES):
         container = engine.container_or_none(task_run.host, task_run.container_name)
         if container is not None and not standby.take_over(job, attempt, task_run, container):
-            continue  # a standby that may not be used was removed: create afresh
+            continue  # a standby that may not be used is gone (take_over removed it): create afresh
         if container is not None:
             break
         try:
