@@ -166,7 +166,7 @@ def kill_job_repeatedly(stack: Stack, client, events: Events, bare: BareStart, j
         time.sleep(0.3)  # a healthy moment: the follower is reading, the hang watch has ticked
         # A training run dies hours in, long after its standby (the next attempt's container,
         # jobs/runtime/standby.py) was made: kill once it is there, as a real restart finds it.
-        poll(partial(standby_of, client, job_id, n + 1), 10, f"attempt {n + 1}'s standby")
+        poll(partial(standby_of, client, job_id, n + 1), 30, f"attempt {n + 1}'s standby")
         container.kill()  # SIGKILL from outside: the console did not send it
         events.wait(partial(event_at, "start", n + 1), timeout=30, what=f"attempt {n + 1} to start")
     terminate(stack, job_id)
@@ -329,6 +329,9 @@ def main() -> int:
     client = docker.from_env()
     client.images.get(BUSYBOX)  # fails early when the image is missing
 
+    # A long run has had its standby for hours when it fails; here it is made a second after the
+    # attempt started (10 s by default), so that each kill does not wait for it.
+    os.environ.setdefault("CONSOLE_STANDBY_AFTER_S", "1")
     stack = Stack(args.database, keep_db=args.keep_db)
     trace_path = enable_docker_trace(stack)
     with stack:

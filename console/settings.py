@@ -214,6 +214,9 @@ FOLLOWERS_PER_PROCESS = int(os.environ.get("CONSOLE_FOLLOWERS_PER_PROCESS", "100
 # A fault-tolerant single-instance job's next container is created while it runs, so that a
 # container-level restart is a start (jobs/runtime/standby.py); "0" turns that off.
 STANDBY_CONTAINERS = os.environ.get("CONSOLE_STANDBY_CONTAINERS", "1") != "0"
+# ... once the attempt has run this long: not in the storm of a start or a restart (the engine is
+# busiest then), and not for a run that ends within seconds.
+STANDBY_AFTER_S = float(os.environ.get("CONSOLE_STANDBY_AFTER_S", "10"))
 # Browser terminals and SSH relays one user may hold open at once in one web process
 # (jobs/session_limits.py).
 SESSIONS_PER_USER = int(os.environ.get("CONSOLE_SESSIONS_PER_USER", "8"))

@@ -28,6 +28,8 @@ os.environ.setdefault("CONSOLE_ORPHAN_GRACE_S", "6")
 os.environ.setdefault("CONSOLE_LOG_LEVEL", "WARNING")
 # Terminals and SSH relays one user may hold open at once (8 in production): a test reaches it.
 os.environ.setdefault("CONSOLE_SESSIONS_PER_USER", "3")
+# A standby is made a second after its attempt started (10 s in production): tests wait for it.
+os.environ.setdefault("CONSOLE_STANDBY_AFTER_S", "1")
 # Resource charts: a point every 2 s and a batch write every 2 s (10 s each in production), so a
 # test sees a few real points within seconds.
 os.environ.setdefault("CONSOLE_RESOURCE_SAMPLE_S", "2")

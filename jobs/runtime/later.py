@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from django.conf import settings
 from django.db import transaction
 
 from jobs import tasks
@@ -61,8 +62,10 @@ def release_job_resources(job_id: UUID | str) -> None:
 
 
 def prepare_standby(attempt_id: int) -> None:
-    """Create the next attempt's container while this one runs (standby.py)."""
-    _after_commit(tasks.prepare_standby, attempt_id)
+    """Create the next attempt's container while this one runs (standby.py), once it has run
+    STANDBY_AFTER_S."""
+    countdown = settings.STANDBY_AFTER_S
+    transaction.on_commit(lambda: tasks.prepare_standby.apply_async((attempt_id,), countdown=countdown))
 
 
 def remove_standbys(job_id: UUID | str) -> None:
