@@ -22,10 +22,11 @@ def created_standby(docker_client, job, number: int):
     name = docker_hosts.container_name(job, number, 0)
 
     def found():
-        listed = docker_client.containers.list(all=True, filters={"name": f"^{name}$"})
-        return listed[0] if listed and listed[0].status == "created" else None
+        # Sparse: a listed container removed before its inspect would raise instead of retrying.
+        listed = docker_client.containers.list(all=True, sparse=True, filters={"name": f"^{name}$"})
+        return listed[0].id if listed and listed[0].attrs.get("State") == "created" else None
 
-    return wait_for(found, timeout=30, message=f"the standby {name}")
+    return docker_client.containers.get(wait_for(found, timeout=30, message=f"the standby {name}"))
 
 
 def job_containers(docker_client, job) -> list:

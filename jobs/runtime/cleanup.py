@@ -131,14 +131,14 @@ def remove_orphaned_containers() -> bool:
                 log.warning("removed orphaned container %s on %s", name, host.name)
             except engine.EngineError as exc:
                 log.info("could not remove orphaned container %s: %s", name, exc)
-        for name in _unusable_standbys(host, standbys, unknown_cutoff):
+        for name, why in _unusable_standbys(host, standbys, unknown_cutoff):
             standby.remove_quietly(standbys[name])
             removed = True
-            log.info("removed standby container %s on %s: nothing will start it", name, host.name)
+            log.info("removed standby container %s on %s: %s", name, host.name, why)
     return removed
 
 
-def _unusable_standbys(host: DockerHost, standbys: dict, unknown_cutoff) -> list[str]:
+def _unusable_standbys(host: DockerHost, standbys: dict, unknown_cutoff) -> list[tuple[str, str]]:
     """Standbys (standby.py) no restart will take: their job ended, or the attempt they were made
     for started elsewhere or never came. One taken over since the listing (its task run is on this
     host now) is kept; so is one for the attempt after the job's latest. One of a job this console
@@ -170,16 +170,14 @@ def _unusable_standbys(host: DockerHost, standbys: dict, unknown_cutoff) -> list
         job = jobs.get(labels.get("console.job", ""))
         if job is None:
             created = datetime.fromtimestamp(container.attrs.get("Created", 0), tz=UTC)
-            usable = created >= unknown_cutoff
-        else:
-            usable = (
-                name not in elsewhere
-                and not job["terminate_requested"]
-                and job["phase"] not in standby.ENDED_PHASES
-                and str((job["latest"] or 0) + 1) == labels.get("console.attempt")
-            )
-        if not usable:
-            unusable.append(name)
+            if created < unknown_cutoff:
+                unusable.append((name, "no job of this console has it"))
+        elif name in elsewhere:
+            unusable.append((name, "its attempt runs on another host"))
+        elif job["terminate_requested"] or job["phase"] in standby.ENDED_PHASES:
+            unusable.append((name, f"its job is {job['phase']}"))
+        elif str((job["latest"] or 0) + 1) != labels.get("console.attempt"):
+            unusable.append((name, f"made for attempt {labels.get('console.attempt')}, the latest is {job['latest']}"))
     return unusable
 
 
