@@ -56,7 +56,7 @@ def _release_on_host(job: TrainingJob, host: DockerHost) -> bool:
     label = f"console.job={job.id}"
     try:
         for container in standby.standbys_on(host, job.id):  # what finish() queued may have missed
-            engine.remove_container(container)
+            standby.remove_quietly(container, "its job ended (resources released)")
         if engine.containers_labelled(host, label):
             return False  # still being drained or removed; volumes in use cannot go
         engine.remove_labelled_volumes_and_networks(host, label)  # and the job's own network
@@ -132,9 +132,8 @@ def remove_orphaned_containers() -> bool:
             except engine.EngineError as exc:
                 log.info("could not remove orphaned container %s: %s", name, exc)
         for name, why in _unusable_standbys(host, standbys, unknown_cutoff):
-            standby.remove_quietly(standbys[name])
+            standby.remove_quietly(standbys[name], f"orphan scan on {host.name}: {why}")
             removed = True
-            log.info("removed standby container %s on %s: %s", name, host.name, why)
     return removed
 
 

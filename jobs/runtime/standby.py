@@ -89,7 +89,7 @@ def prepare(attempt_id: int) -> bool:
     try:
         for stale in standbys_on(host, job.id):
             if name_of(stale) != name:
-                engine.remove_container(stale)
+                remove_quietly(stale, f"attempt {attempt.number} runs: a standby for another attempt is stale")
         if engine.container_or_none(host, name) is not None:
             return False
         container = docker_hosts.create_container(job, next_attempt, next_run, [host], standby=True)
@@ -99,7 +99,7 @@ def prepare(attempt_id: int) -> bool:
         log.info("no standby for %s: %s", name, exc)
         return False
     if not _still_wanted(job.id, attempt.number, name, host):
-        remove_quietly(container)
+        remove_quietly(container, "the job ended or moved on while it was being made")
         return False
     return True
 
@@ -144,11 +144,14 @@ def _refuse(container, task_run: TaskRun, why: str) -> bool:
     return False
 
 
-def remove_quietly(container) -> None:
+def remove_quietly(container, why: str) -> None:
+    """Remove a standby, saying why (every removal is logged: a standby gone unexpectedly is a
+    restart that creates its container again)."""
     try:
         engine.remove_container(container)
+        log.info("removed standby container %s: %s", name_of(container), why)
     except HOST_ERRORS as exc:
-        log.info("could not remove standby %s: %s", name_of(container), exc)
+        log.info("could not remove standby %s (%s): %s", name_of(container), why, exc)
 
 
 def remove_for_job(job_id) -> bool:
@@ -158,7 +161,7 @@ def remove_for_job(job_id) -> bool:
     for host in DockerHost.objects.filter(id__in=host_ids, enabled=True, isolated=False):
         try:
             for container in standbys_on(host, job_id):
-                remove_quietly(container)
+                remove_quietly(container, "its job ended")
                 removed = True
         except HOST_ERRORS as exc:
             log.info("standbys of %s on %s stay for now: %s", job_id, host.name, exc)
