@@ -18,10 +18,10 @@ from pathlib import Path
 import docker
 import pytest
 import requests
-from websockets.sync.client import connect
 
 from tests.conftest import ROOT, TEST_LABEL, _answers, _free_port, wait_for
 from tests.pytest_env import TMP
+from tests.wsclient import connect
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ from html import unescape
 import pytest
 from django.test import Client
 from playwright.sync_api import expect
-from websockets.sync.client import connect
 
 from jobs import logstream
 from jobs.consumers import PACE_S
@@ -23,6 +22,7 @@ from jobs.models import Phase, TaskRun, TrainingJob
 from tests.conftest import BUSYBOX, PYTHON_IMAGE, submit_job, wait_for
 from tests.test_browser import browser, log_in, new_page, shot  # noqa: F401 - browser, new_page: fixtures
 from tests.test_job_outputs import api_log
+from tests.wsclient import connect
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 

@@ -12,11 +12,11 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
-from websockets.sync.client import connect
 
 from jobs.models import Phase, TrainingJob
 from jobs.views.list import PAGE_SIZE
 from tests.conftest import BUSYBOX, submit_job, wait_for
+from tests.wsclient import connect
 
 # Transactional only for the live tests (their `live_url` brings the worker): the rest read rows written here.
 pytestmark = [pytest.mark.django_db]

@@ -26,12 +26,12 @@ from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 from websockets.exceptions import ConnectionClosed, InvalidStatus
-from websockets.sync.client import connect
 
 from jobs import access
 from jobs.models import DockerHost, Phase, ResourcePool, TrainingJob, Workspace
 from jobs.views.detail import TABS
 from tests.conftest import BUSYBOX, flush_database, make_demo, settle_jobs, submit_job, wait_for
+from tests.wsclient import connect
 
 # Every test rolls back; the cast's rows are committed once for the module (`made_cast`).
 pytestmark = [pytest.mark.django_db]

@@ -9,10 +9,10 @@ import time
 import pytest
 from django.test import Client
 from websockets.exceptions import ConnectionClosed, InvalidStatus
-from websockets.sync.client import connect
 
 from jobs.models import Phase, TrainingJob
 from tests.conftest import submit_job, wait_for
+from tests.wsclient import connect
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 
