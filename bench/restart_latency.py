@@ -34,6 +34,8 @@ import time
 from functools import partial
 from pathlib import Path
 
+import docker
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._docker import (  # noqa: E402
@@ -143,7 +145,12 @@ def standby_of(client, job_id: str, n: int):
     found = client.containers.list(
         all=True, sparse=True, filters={"label": [f"console.job={job_id}", f"console.attempt={n}"]}
     )
-    return next((c for c in found if c.attrs.get("State") == "created"), None)
+    made = next((c for c in found if c.attrs.get("State") == "created"), None)
+    try:
+        # Listed while its create is still in flight, a container cannot be inspected yet.
+        return client.containers.get(made.id) if made is not None else None
+    except docker.errors.NotFound:
+        return None
 
 
 def kill_job_repeatedly(stack: Stack, client, events: Events, bare: BareStart, j: int) -> list[dict]:

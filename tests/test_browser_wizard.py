@@ -24,8 +24,10 @@ HTMX_BUSY = ".htmx-request, .htmx-swapping, .htmx-settling, .htmx-added"
 
 def htmx_idle(page: Page) -> None:
     """Wait until htmx has swapped and settled: content it swapped in only reacts (hx-trigger)
-    once htmx processed it, and an event fired before that sends nothing."""
-    page.wait_for_function(f"() => !document.querySelector({HTMX_BUSY!r})")
+    once htmx processed it, and an event fired before that sends nothing. The same holds for a
+    page just loaded: htmx processes it on DOMContentLoaded, after its first paint (a scenario
+    picked in between on a busy machine left the checklist as it was); "complete" comes after."""
+    page.wait_for_function(f"() => document.readyState === 'complete' && !document.querySelector({HTMX_BUSY!r})")
 
 
 def step(page: Page, title: str):
