@@ -230,6 +230,13 @@ while :; do
   fi
   [ "$oom" = 1 ] && oomtext=" (oom-killed)" || oomtext=""
   say "process exited with code $code$oomtext; waiting for the supervisor's decision"
+  # The console writes a byte into the FIFO "wake" right after the decision (jobs/runtime/
+  # control.py): a read on it returns at once, where the SIGUSR1 that follows comes ~14 ms later
+  # (Docker's kill call). Held open only while waiting (no run inherits it), and opened before
+  # the first look for the decision, so a byte written after that look is never missed.
+  [ -p wake ] || mkfifo -m 600 wake 2>/dev/null
+  wake_fd=0
+  if (: <>wake) 2>/dev/null; then exec 3<>wake; wake_fd=1; fi
   waited=0
   decision=""
   while [ "$waited" -lt "${MA_DECISION_TIMEOUT_TICKS:-600}" ]; do
@@ -239,13 +246,18 @@ while :; do
       break
     fi
     [ "$stopping" = 1 ] && break
-    # A wait, not a plain sleep: the supervisor's SIGUSR1 (the decision is written) ends a wait at
-    # once, where a foreground sleep would finish first (up to 50 ms more on every restart).
-    sleep 0.05 &
-    wait $! 2>/dev/null
-    kill $! 2>/dev/null
+    if [ "$wake_fd" = 1 ]; then
+      read -t 0.05 -n 1 -u 3 wake_byte 2>/dev/null
+    else
+      # A wait, not a plain sleep: the supervisor's SIGUSR1 (the decision is written) ends a wait
+      # at once, where a foreground sleep would finish first (up to 50 ms more on every restart).
+      sleep 0.05 &
+      wait $! 2>/dev/null
+      kill $! 2>/dev/null
+    fi
     waited=$((waited + 1))
   done
+  [ "$wake_fd" = 1 ] && exec 3<&-
   case "$decision" in
     "restart "*) MA_ATTEMPT=${decision#restart }; MA_RESTART_COUNT=$((MA_ATTEMPT - 1)) ;;
     *) exit "$code" ;;

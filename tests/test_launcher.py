@@ -256,3 +256,46 @@ def test_a_process_restart_ends_what_the_previous_run_left_running(client):
     assert "daemon-gone" in lines and "daemon-alive" not in lines
     assert (control / "exit-1").read_text().strip() == "1 0"
     assert (control / "exit-2").read_text().strip() == "0 0"
+
+
+def test_the_wake_fifo_is_held_only_while_waiting_and_the_job_cannot_open_it(client):
+    """The console wakes a launcher waiting for a decision through the control dir's FIFO
+    (control.wake). The launcher makes it (root's, 0600) and holds it open while it waits;
+    no run inherits it, and the job can neither read it (to swallow wakes) nor write it."""
+    import os
+    import stat
+
+    control = Path(tempfile.mkdtemp(dir=TMP, prefix="control-"))
+    command = (
+        'if [ "$MA_ATTEMPT" = 1 ]; then exit 1; fi; '
+        "[ -e /proc/self/fd/3 ] && echo has-fd-3 || echo no-fd-3; "
+        "(exec 4</.console/run/wake) 2>/dev/null && echo read-wake || echo cannot-read-wake; "
+        "(exec 4<>/.console/run/wake) 2>/dev/null && echo opened-wake || echo cannot-open-wake"
+    )
+    seen = {}
+
+    def decide() -> None:  # as the console does: the decision, then one byte into the FIFO
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:  # succeeds once a reader holds it: the launcher, waiting
+                fd = os.open(control / "wake", os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError:
+                time.sleep(0.02)
+        else:
+            return
+        info = os.fstat(fd)
+        seen.update(fifo=stat.S_ISFIFO(info.st_mode), owner=info.st_uid, mode=oct(info.st_mode & 0o777))
+        (control / "decision.new").write_text("restart 2\n")
+        (control / "decision.new").rename(control / "decision")
+        os.write(fd, b"w")
+        os.close(fd)
+
+    threading.Thread(target=decide, daemon=True).start()
+    code, lines = run_launcher(
+        client, {"MA_ENV_CHECKS": "0", "MA_PROCESS_RESTART": "1", "MA_USER_COMMAND": command}, control=control
+    )
+    assert code == 0, lines
+    assert seen == {"fifo": True, "owner": 0, "mode": "0o600"}, seen  # held open by the waiting launcher
+    assert "no-fd-3" in lines and "cannot-read-wake" in lines and "cannot-open-wake" in lines, lines
+    assert (control / "exit-2").read_text().strip() == "0 0"

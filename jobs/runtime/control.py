@@ -112,5 +112,30 @@ def write_control_file(job_id, container_name: str, name: str, text: str) -> Non
     os.replace(tmp, folder / name)
 
 
+WAKE_FIFO = "wake"
+
+
+def wake(job_id, container_name: str) -> bool:
+    """Wake a launcher waiting for a decision (faulttolerance/launcher.sh reads its control dir's
+    FIFO with a 50 ms timeout): one byte, never blocking. False when no launcher holds the FIFO
+    (not waiting yet: it looks for the decision file before it reads; an older launcher without
+    one; a console user that may not open it): the SIGUSR1 that follows wakes it as before, ~14 ms
+    later (Docker's kill call). Made by the launcher (root), so never a file the job made."""
+    path = control_dir(job_id, container_name) / WAKE_FIFO
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:  # ENXIO: no reader; ENOENT; ELOOP: not ours to write
+        return False
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+        os.write(fd, b"w")
+        return True
+    except OSError:  # EAGAIN: bytes already wait there, the launcher wakes all the same
+        return True
+    finally:
+        os.close(fd)
+
+
 def remove_control_dirs(job_id) -> None:
     shutil.rmtree(control_root() / str(job_id), ignore_errors=True)
