@@ -18,7 +18,7 @@ LAUNCHER = "\n".join(
 )
 
 
-DECISION_TIMEOUT_TICKS = 600  # x 0.05 s: how long a launcher waits for a decision
+DECISION_TIMEOUT_S = 30  # how long a launcher waits for a decision
 DNS_WAIT_S = 30  # how long the dns check waits for the other instances' names
 REFUSED_EXIT_CODE = 87  # the image shadows the console's mounts with links
 
@@ -29,7 +29,7 @@ def check_environment(*, fault_tolerant: bool, pool, flavor) -> dict[str, str]:
     nothing runs: no check and no process-level restart (seed 000, table 2)."""
     return {
         # Set here, so that an image's ENV cannot (the job's env vars may not name MA_*).
-        "MA_DECISION_TIMEOUT_TICKS": str(DECISION_TIMEOUT_TICKS),
+        "MA_DECISION_TIMEOUT_S": str(DECISION_TIMEOUT_S),
         "MA_CHECK_DNS_WAIT_S": str(DNS_WAIT_S),
         "MA_PROCESS_RESTART": "1" if fault_tolerant else "0",
         "MA_ENV_CHECKS": "1" if fault_tolerant else "0",

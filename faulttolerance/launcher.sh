@@ -45,6 +45,9 @@ awk '$5 == "/.console/bin" { b = 1 } $5 == "/.console/run" { r = 1 } $5 == "/cac
 workdir=$PWD
 cd /.console/run || refuse "no control dir"
 
+# The clock in hundredths of a second since boot, into $now (a builtin read: no fork).
+now_cs() { read -r now _ </proc/uptime; now=${now%.*}${now#*.}; }
+
 # report NAME TEXT: written whole (write, then rename), so a reader never sees half of it.
 report() { echo "$2" >".$1.tmp" && mv -f ".$1.tmp" "$1"; }
 fail_check() {
@@ -233,30 +236,39 @@ while :; do
   # The console writes a byte into the FIFO "wake" right after the decision (jobs/runtime/
   # control.py): a read on it returns at once, where the SIGUSR1 that follows comes ~14 ms later
   # (Docker's kill call). Held open only while waiting (no run inherits it), and opened before
-  # the first look for the decision, so a byte written after that look is never missed.
+  # the first look for the decision, so a byte written after that look is never missed. The
+  # console makes it (make_control_dir); made here for a control dir from before.
   [ -p wake ] || mkfifo -m 600 wake 2>/dev/null
   wake_fd=0
   if (: <>wake) 2>/dev/null; then exec 3<>wake; wake_fd=1; fi
-  waited=0
+  # Bounded by the clock, not by a count of polls: ash starts `read -t` again from the top on
+  # every signal it has no trap for, and the job's own orphans (reparented to this shell) send
+  # SIGCHLD as often as it likes (one read of 50 ms took minutes). With a trap, a SIGCHLD ends
+  # the read; the loop looks again and goes on until the deadline.
+  trap ':' CHLD
+  now_cs
+  deadline=$((now + ${MA_DECISION_TIMEOUT_S:-30} * 100))
   decision=""
-  while [ "$waited" -lt "${MA_DECISION_TIMEOUT_TICKS:-600}" ]; do
+  while :; do
     # Taken whole: a newer decision written meanwhile is not lost with this one.
     if mv -f decision .decision.taken 2>/dev/null; then
       decision=$(cat .decision.taken)
       break
     fi
     [ "$stopping" = 1 ] && break
+    now_cs
+    [ "$now" -lt "$deadline" ] || break
     if [ "$wake_fd" = 1 ]; then
-      read -t 0.05 -n 1 -u 3 wake_byte 2>/dev/null
+      read -t "${MA_DECISION_POLL_S:-0.05}" -n 1 -u 3 wake_byte 2>/dev/null
     else
       # A wait, not a plain sleep: the supervisor's SIGUSR1 (the decision is written) ends a wait
       # at once, where a foreground sleep would finish first (up to 50 ms more on every restart).
-      sleep 0.05 &
+      sleep "${MA_DECISION_POLL_S:-0.05}" &
       wait $! 2>/dev/null
       kill $! 2>/dev/null
     fi
-    waited=$((waited + 1))
   done
+  trap - CHLD
   [ "$wake_fd" = 1 ] && exec 3<&-
   case "$decision" in
     "restart "*) MA_ATTEMPT=${decision#restart }; MA_RESTART_COUNT=$((MA_ATTEMPT - 1)) ;;

@@ -258,44 +258,83 @@ def test_a_process_restart_ends_what_the_previous_run_left_running(client):
     assert (control / "exit-2").read_text().strip() == "0 0"
 
 
-def test_the_wake_fifo_is_held_only_while_waiting_and_the_job_cannot_open_it(client):
+def test_the_wake_fifo_ends_the_wait_is_held_only_while_waiting_and_the_job_cannot_open_it(client):
     """The console wakes a launcher waiting for a decision through the control dir's FIFO
-    (control.wake). The launcher makes it (root's, 0600) and holds it open while it waits;
-    no run inherits it, and the job can neither read it (to swallow wakes) nor write it."""
+    (control.wake). With the launcher's own poll made 120 s, only the wake can bring the restart
+    within the 30 s the run is given. No run inherits the FIFO, and the job cannot open it."""
     import os
     import stat
+    import uuid
 
-    control = Path(tempfile.mkdtemp(dir=TMP, prefix="control-"))
+    from jobs.runtime import control as control_files
+
+    job_id, name = uuid.uuid4(), "tj-wake-a1-w0"
+    control = engine.make_control_dir(job_id, name)
     command = (
         'if [ "$MA_ATTEMPT" = 1 ]; then exit 1; fi; '
         "[ -e /proc/self/fd/3 ] && echo has-fd-3 || echo no-fd-3; "
-        "(exec 4</.console/run/wake) 2>/dev/null && echo read-wake || echo cannot-read-wake; "
         "(exec 4<>/.console/run/wake) 2>/dev/null && echo opened-wake || echo cannot-open-wake"
     )
     seen = {}
 
-    def decide() -> None:  # as the console does: the decision, then one byte into the FIFO
+    def decide() -> None:  # as the console does, once the launcher waits (holds the FIFO)
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:  # succeeds once a reader holds it: the launcher, waiting
-                fd = os.open(control / "wake", os.O_WRONLY | os.O_NONBLOCK)
-                break
-            except OSError:
-                time.sleep(0.02)
-        else:
-            return
-        info = os.fstat(fd)
+        while not control_files.wake(job_id, name) and time.monotonic() < deadline:
+            time.sleep(0.02)  # False until a reader holds it
+        info = os.stat(control / "wake")
         seen.update(fifo=stat.S_ISFIFO(info.st_mode), owner=info.st_uid, mode=oct(info.st_mode & 0o777))
-        (control / "decision.new").write_text("restart 2\n")
-        (control / "decision.new").rename(control / "decision")
-        os.write(fd, b"w")
-        os.close(fd)
+        engine.write_control_file(job_id, name, "decision", "restart 2\n")
+        seen["woken"] = control_files.wake(job_id, name)
 
     threading.Thread(target=decide, daemon=True).start()
-    code, lines = run_launcher(
-        client, {"MA_ENV_CHECKS": "0", "MA_PROCESS_RESTART": "1", "MA_USER_COMMAND": command}, control=control
-    )
+    env = {"MA_ENV_CHECKS": "0", "MA_PROCESS_RESTART": "1", "MA_DECISION_POLL_S": "120", "MA_USER_COMMAND": command}
+    code, lines = run_launcher(client, env, control=control)
     assert code == 0, lines
-    assert seen == {"fifo": True, "owner": 0, "mode": "0o600"}, seen  # held open by the waiting launcher
-    assert "no-fd-3" in lines and "cannot-read-wake" in lines and "cannot-open-wake" in lines, lines
+    assert seen == {"fifo": True, "owner": os.geteuid(), "mode": "0o600", "woken": True}, seen
+    assert "no-fd-3" in lines and "cannot-open-wake" in lines, lines
     assert (control / "exit-2").read_text().strip() == "0 0"
+
+
+def test_the_wake_writes_only_into_a_fifo_of_the_control_dir_that_a_launcher_holds(tmp_path, settings):
+    """Unit: never a link (followed nowhere), never a plain file, never a FIFO no one reads (it
+    would block a writer that waited)."""
+    import os
+    import uuid
+
+    from jobs.runtime import control as control_files
+
+    settings.CONTROL_ROOT = str(tmp_path)
+    job_id = uuid.uuid4()
+    folder = control_files.make_control_dir(job_id, "c")
+    assert control_files.wake(job_id, "c") is False  # made, but no launcher reads it
+    reader = os.open(folder / "wake", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        assert control_files.wake(job_id, "c") is True
+        assert os.read(reader, 8) == b"w"
+    finally:
+        os.close(reader)
+    os.unlink(folder / "wake")
+    (folder / "wake").write_text("kept")
+    assert control_files.wake(job_id, "c") is False and (folder / "wake").read_text() == "kept"
+    os.unlink(folder / "wake")
+    elsewhere = tmp_path / "elsewhere"
+    os.mkfifo(elsewhere)
+    (folder / "wake").symlink_to(elsewhere)
+    reader = os.open(elsewhere, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        assert control_files.wake(job_id, "c") is False  # a link: not followed
+        assert os.read(reader, 8) == b""
+    finally:
+        os.close(reader)
+
+
+def test_a_job_flooding_the_launcher_with_orphans_cannot_hold_its_wait_past_the_deadline(client):
+    """Hostile: the failed run leaves a daemon that makes short-lived orphans without end (each
+    reparented to the launcher, a SIGCHLD each). ash restarts a `read -t` on every signal it has
+    no trap for: without the launcher's CHLD trap one 50 ms read lasted minutes. No decision
+    comes; the launcher gives up at its deadline and the container ends with the run's code."""
+    storm = "(while :; do (sleep 0.01 &); sleep 0.01; done) & exit 4"
+    env = {"MA_ENV_CHECKS": "0", "MA_PROCESS_RESTART": "1", "MA_DECISION_TIMEOUT_S": "2", "MA_USER_COMMAND": storm}
+    code, lines = run_launcher(client, env)
+    assert code == 4, lines
+    assert "[console] process exited with code 4; waiting for the supervisor's decision" in lines

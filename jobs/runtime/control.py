@@ -52,6 +52,9 @@ def runtime_tools_dir() -> Path:
     return folder
 
 
+WAKE_FIFO = "wake"
+
+
 # -- the control dir -----------------------------------------------------------------------------------
 def control_root() -> Path:
     return Path(settings.CONTROL_ROOT)
@@ -75,6 +78,10 @@ def make_control_dir(job_id, container_name: str) -> Path:
         if path.is_symlink() or not path.is_dir():
             raise
     path.chmod(0o755)
+    try:  # the launcher's wake-up (see wake): the console's, 0600, so the job cannot open it
+        os.mkfifo(path / WAKE_FIFO, 0o600)
+    except FileExistsError:
+        pass
     return path
 
 
@@ -112,15 +119,13 @@ def write_control_file(job_id, container_name: str, name: str, text: str) -> Non
     os.replace(tmp, folder / name)
 
 
-WAKE_FIFO = "wake"
-
-
 def wake(job_id, container_name: str) -> bool:
     """Wake a launcher waiting for a decision (faulttolerance/launcher.sh reads its control dir's
     FIFO with a 50 ms timeout): one byte, never blocking. False when no launcher holds the FIFO
     (not waiting yet: it looks for the decision file before it reads; an older launcher without
-    one; a console user that may not open it): the SIGUSR1 that follows wakes it as before, ~14 ms
-    later (Docker's kill call). Made by the launcher (root), so never a file the job made."""
+    one): the SIGUSR1 that follows wakes it as before, ~14 ms later (Docker's kill call). Made
+    by make_control_dir (the launcher makes it for an older control dir); never the job's, which
+    cannot write the control dir: a link or a file in its place is refused all the same."""
     path = control_dir(job_id, container_name) / WAKE_FIFO
     try:
         fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)

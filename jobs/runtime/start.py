@@ -56,15 +56,16 @@ def _create_and_start(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hos
 
 def _restart_process(task_run: TaskRun, attempt: Attempt) -> None:
     """Process-level restart: the launcher in the same container runs the command again."""
-    # Only the decision is written here, whole (engine.write_control_file renames it into the
-    # container's control dir, which the job cannot write). Ending the old run is the
-    # launcher's: it knows which run is the old one. Written and the launcher woken before the
-    # engine is asked anything: a decision in a container that is gone is read by no one.
-    engine.write_control_file(attempt.job_id, task_run.container_name, DECISION, restart_decision(attempt.number))
-    engine.wake_launcher(attempt.job_id, task_run.container_name)
     container = engine.container(task_run.host, task_run.container_id)
     if container.status != "running":
         raise engine.NotFound(f"container {task_run.container_name} is {container.status}")
+    # Only the decision is written here, whole (engine.write_control_file renames it into the
+    # container's control dir, which the job cannot write). Ending the old run is the
+    # launcher's: it knows which run is the old one. The launcher waiting for it is woken
+    # through its FIFO at once (control.wake); the signal below is for one still running the
+    # command, or a launcher from before the FIFO.
+    engine.write_control_file(attempt.job_id, task_run.container_name, DECISION, restart_decision(attempt.number))
+    engine.wake_launcher(attempt.job_id, task_run.container_name)
     # From the engine, not from an exec: no process of ours is in the container when the
     # launcher's kill -1 runs. (PID 1 ignores a signal it has no handler for.) The launcher
     # also polls for the decision: it may have read it, run the new process and ended the
