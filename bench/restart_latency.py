@@ -226,9 +226,6 @@ def process_restart(stack: Stack, client, events: Events, bare: BareStart, j: in
     terminate(stack, job_id)
     attempts = {a.number: a for a in Attempt.objects.filter(job_id=job_id)}
     first_run = TaskRun.objects.get(attempt=attempts[1])
-    exec_starts = [
-        e["timeNano"] for e in events.select_id("exec_start", container.id) if "echo restart" in e.get("Action", "")
-    ]
     return {
         "job": j,
         "level": attempts[2].level,
@@ -237,7 +234,6 @@ def process_restart(stack: Stack, client, events: Events, bare: BareStart, j: in
         "marker": first_line(lines, lambda t: t.startswith("[console] process exited")),
         "detected": dt_ns(first_run.ended_at),
         "next_created": dt_ns(attempts[2].created_at),
-        "exec_start": exec_starts[0] if exec_starts else 0,
         "next_started": dt_ns(attempts[2].started_at),
         "launcher": first_line(lines, lambda t: t.startswith("[console] process restarted")),
         "user": first_line(lines, lambda t: t.startswith("run 2 attempt 2")),
@@ -468,8 +464,7 @@ def main() -> int:
             ("process's last line -> launcher's exit marker", "exit", "marker"),
             ("exit marker -> task run ended in the DB (follower)", "marker", "detected"),
             ("task run ended -> next attempt created (classify, decide)", "detected", "next_created"),
-            ("next attempt created -> `exec_start` (commit, Celery, exec)", "next_created", "exec_start"),
-            ("`exec_start` -> launcher restarts (decision file polled)", "exec_start", "launcher"),
+            ("next attempt created -> launcher restarts (commit, decision, FIFO wake)", "next_created", "launcher"),
             ("launcher restarts -> user process's first line", "launcher", "user"),
             ("(next attempt created -> attempt started in the DB)", "next_created", "next_started"),
         ],
