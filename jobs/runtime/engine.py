@@ -326,11 +326,16 @@ def stop_container(container, *, timeout: int) -> None:
 
 @_at_edge
 def remove_container(container) -> None:
-    """Remove the container, running or not; one already gone is not an error."""
+    """Remove the container, running or not; one already gone, or whose removal another caller
+    started (409 "removal ... is already in progress": the orphan scan and a job's end may meet
+    on a standby), is not an error."""
     try:
         container.remove(force=True)
     except docker.errors.NotFound:
         pass
+    except docker.errors.APIError as exc:
+        if exc.status_code != 409 or "already in progress" not in str(exc.explanation or ""):
+            raise
 
 
 class LogStream:
