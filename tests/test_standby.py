@@ -203,3 +203,61 @@ def test_a_key_pair_deleted_while_the_job_ran_gives_no_access_through_its_standb
     assert authorized.read_text() == ""  # but the access went with the key pair
     stop.request_terminate(job.id)
     wait_for(lambda: ended(job), message="Terminated")
+
+
+def test_a_restart_committed_while_the_orphan_scan_reads_keeps_its_standby(demo, worker, docker_client, monkeypatch):
+    """Injected race (a full run lost a restart to it): the restart's next attempt and its task
+    run are committed while the scan reads, right before it reads the jobs. The scan must see
+    the run that will start the standby and keep it."""
+    job = submit_job(demo, name="race", fault_tolerance=True, max_restarts=3, command=LOOP)
+    first = wait_for(lambda: job.attempts.filter(number=1, state=Attempt.State.RUNNING).first(), message="attempt 1")
+    waiting = created_standby(docker_client, job, 2)
+    host = first.task_runs.get().host
+    jobs = cleanup.TrainingJob
+
+    class RestartCommitsNow:  # the scan's query of the jobs, with the restart's commit just before it
+        class objects:
+            @staticmethod
+            def filter(*args, **kwargs):
+                if not job.attempts.filter(number=2).exists():
+                    # ENDED: made here without a start, so that reconcile does not start it.
+                    attempt = Attempt.objects.create(job=job, number=2, level="container", state=Attempt.State.ENDED)
+                    TaskRun.objects.create(attempt=attempt, index=0, host=host, container_name=standby.name_of(waiting))
+                return jobs.objects.filter(*args, **kwargs)
+
+    monkeypatch.setattr(cleanup, "TrainingJob", RestartCommitsNow)
+    cleanup.remove_orphaned_containers()
+    assert docker_client.containers.list(all=True, filters={"id": waiting.id}), "the standby its restart was starting"
+    monkeypatch.undo()
+    stop.request_terminate(job.id)
+    wait_for(lambda: ended(job), message="Terminated")
+
+
+def test_a_standby_removed_between_its_check_and_its_start_is_made_again(demo, worker, docker_client, monkeypatch):
+    """Injected: the standby goes after the take-over passed it and before Docker's start (no rule
+    should remove it then; a restart must not fail if one does). The start creates it afresh."""
+    from jobs.runtime import engine, start
+
+    job = submit_job(demo, name="gone", fault_tolerance=True, max_restarts=3, command=LOOP)
+    first = wait_for(lambda: job.attempts.filter(number=1, state=Attempt.State.RUNNING).first(), message="attempt 1")
+    waiting = created_standby(docker_client, job, 2)
+    host = first.task_runs.get().host
+    next_attempt = Attempt(job=job, number=2, level="container")
+    next_run = TaskRun(attempt=next_attempt, index=0, host=host, container_name=standby.name_of(waiting))
+    take_over = standby.take_over
+
+    def passed_then_removed(job, attempt, task_run, container):
+        may = take_over(job, attempt, task_run, container)
+        if container.id == waiting.id:
+            engine.remove_container(container)
+        return may
+
+    monkeypatch.setattr(standby, "take_over", passed_then_removed)
+    made = start._create_and_start(job, next_attempt, next_run, [host])
+    try:
+        assert made.id != waiting.id and made.status == "running"
+    finally:
+        made.remove(force=True)
+    monkeypatch.undo()
+    stop.request_terminate(job.id)
+    wait_for(lambda: ended(job), message="Terminated")

@@ -145,6 +145,17 @@ def _unusable_standbys(host: DockerHost, standbys: dict, unknown_cutoff) -> list
     if not standbys:
         return []
     names = list(standbys)
+    # The jobs before their runs: an attempt and its task runs are committed together, so a
+    # restart that created the standby's attempt after the first query shows its run in the
+    # second. The other way round, a scan read "no run" just before the restart's commit and
+    # "latest" just after it, and removed the standby the restart was starting (a full run).
+    job_ids = {standby.labels_of(c).get("console.job") for c in standbys.values()}
+    jobs = {
+        str(row["id"]): row
+        for row in TrainingJob.objects.filter(id__in=[j for j in job_ids if _is_uuid(j)])
+        .annotate(latest=Max("attempts__number"))
+        .values("id", "phase", "terminate_requested", "latest")
+    }
     runs = [
         run
         for start in range(0, len(names), 900)  # SQLite before 3.32 takes at most 999 parameters
@@ -154,13 +165,6 @@ def _unusable_standbys(host: DockerHost, standbys: dict, unknown_cutoff) -> list
     ]
     here = {name for name, host_id in runs if host_id == host.id}
     elsewhere = {name for name, host_id in runs if host_id != host.id}
-    job_ids = {standby.labels_of(c).get("console.job") for c in standbys.values()}
-    jobs = {
-        str(row["id"]): row
-        for row in TrainingJob.objects.filter(id__in=[j for j in job_ids if _is_uuid(j)])
-        .annotate(latest=Max("attempts__number"))
-        .values("id", "phase", "terminate_requested", "latest")
-    }
     unusable = []
     for name, container in standbys.items():
         if name in here:

@@ -110,13 +110,16 @@ def _latest_attempt(job_id) -> int | None:
 
 def _still_wanted(job_id, number: int, name: str, host: DockerHost) -> bool:
     """Asked after the create: a job that ended, or moved on, while the standby was being made
-    would otherwise keep it (the end's removal may have listed the host before it existed)."""
+    would otherwise keep it (the end's removal may have listed the host before it existed).
+    The latest attempt before the runs (as the orphan scan reads them): a restart that creates
+    the next attempt in between shows its task run, committed with it, to the second query."""
+    latest = _latest_attempt(job_id)
     if TaskRun.objects.filter(container_name=name, host=host).exists():
         return True  # taken over already by the restart it was made for
     job = TrainingJob.objects.filter(id=job_id).values("phase", "terminate_requested").first()
     if job is None or job["terminate_requested"] or job["phase"] in ENDED_PHASES:
         return False
-    return _latest_attempt(job_id) == number
+    return latest == number
 
 
 def take_over(job: TrainingJob, attempt: Attempt, task_run: TaskRun, container) -> bool:

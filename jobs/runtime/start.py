@@ -31,27 +31,29 @@ def _create_and_start(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hos
     attempt already made (a retried or concurrent start) or the standby made for it while the
     attempt before ran (standby.py): one container per task run, and a name already in use
     (409) is that container, not a failed start."""
-    container = None
     for _ in range(CREATE_RACE_TRIES):
         container = engine.container_or_none(task_run.host, task_run.container_name)
         if container is not None and not standby.take_over(job, attempt, task_run, container):
             continue  # a standby that may not be used is gone (take_over removed it): create afresh
-        if container is not None:
-            break
-        try:
-            container = docker_hosts.create_container(job, attempt, task_run, hosts)
-            break
-        except engine.EngineError as exc:
-            if exc.status_code != 409 or isinstance(exc, engine.Unreachable):
-                raise
-            # The name is taken by a create still in flight (Docker reserves the name before
-            # the container can be inspected): look again in a moment.
-            time.sleep(0.05)
-    if container is None:
-        raise engine.EngineError(f"container {task_run.container_name} is being created by another start")
-    if container.status == "created":
-        engine.start_container(container)  # or started by the concurrent start meanwhile
-    return container
+        if container is None:
+            try:
+                container = docker_hosts.create_container(job, attempt, task_run, hosts)
+            except engine.EngineError as exc:
+                if exc.status_code != 409 or isinstance(exc, engine.Unreachable):
+                    raise
+                # The name is taken by a create still in flight (Docker reserves the name before
+                # the container can be inspected): look again in a moment.
+                time.sleep(0.05)
+                continue
+        if container.status == "created":
+            try:
+                engine.start_container(container)  # or started by the concurrent start meanwhile
+            except engine.NotFound:
+                # Removed between the look and the start (a standby no rule should remove now,
+                # but a restart must not fail for it): look again, and create it afresh.
+                continue
+        return container
+    raise engine.EngineError(f"container {task_run.container_name} is being created by another start")
 
 
 def _restart_process(task_run: TaskRun, attempt: Attempt) -> None:
