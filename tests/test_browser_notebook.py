@@ -30,6 +30,23 @@ def notebook_image():
     return NOTEBOOK
 
 
+def what_jupyter_said(lab, run) -> str:
+    """The kernels as JupyterLab lists them through the console's proxy, and the tail of
+    JupyterLab's own log in the instance (the launcher writes it to /tmp/.console-jupyter.log)."""
+    import docker
+
+    try:
+        kernels = lab.evaluate("() => fetch('/api/kernels').then(r => r.text()).catch(e => String(e))")
+    except Exception as exc:  # noqa: BLE001 - a failure's message must not hide the failure
+        kernels = f"(not read: {exc})"
+    try:
+        container = docker.from_env().containers.get(run.container_id)
+        log = container.exec_run(["tail", "-c", "4000", "/tmp/.console-jupyter.log"]).output.decode(errors="replace")
+    except docker.errors.APIError as exc:
+        log = f"(not read: {exc})"
+    return f"kernels through the proxy: {kernels}\nJupyterLab's log:\n{log}"
+
+
 def open_when_ready(page, url: str, ready_selector: str, timeout_s: float = 90) -> None:
     """The app starts with the instance: reload until it answers (the proxy says it is starting)."""
     deadline = time.monotonic() + timeout_s
@@ -66,7 +83,7 @@ def test_jupyterlab_and_tensorboard_open_through_the_console(demo, new_page, not
         tensorboard=True,
         observe_file_system=fs,
     )
-    running_instance(job, timeout=90)
+    run = running_instance(job, timeout=90)
     page = new_page()
     log_in(page, "owner", "owner-password")
     page.goto(f"/jobs/{job.id}/?tab=attempts")
@@ -86,7 +103,12 @@ def test_jupyterlab_and_tensorboard_open_through_the_console(demo, new_page, not
     lab.locator('.jp-LauncherCard[data-category="Notebook"]').first.click()
     cell = lab.locator(".jp-Notebook .jp-Cell .cm-content").first
     expect(cell).to_be_visible(timeout=60000)
-    expect(lab.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1, timeout=150000)
+    try:
+        expect(lab.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1, timeout=150000)
+    except AssertionError as exc:
+        # Seen once in a full run: the kernel's socket connected through the proxy, and the
+        # kernel never showed idle. Say what JupyterLab and the kernel said, for the next reader.
+        raise AssertionError(f"{exc}\n{what_jupyter_said(lab, run)}") from None
     cell.click()
     lab.keyboard.type("import os; print(6 * 7, os.getuid())")
     expect(cell).to_contain_text("print(6 * 7, os.getuid())")  # typed into the cell, not elsewhere
@@ -102,7 +124,10 @@ def test_jupyterlab_and_tensorboard_open_through_the_console(demo, new_page, not
         cell.click()
         lab.keyboard.press("Shift+Enter")
     # A kernel's first cell on a busy 2-CPU machine (the suite runs beside it) can take a while.
-    expect(lab.locator(".jp-OutputArea-output").first).to_contain_text("42 1000", timeout=150000)
+    try:
+        expect(lab.locator(".jp-OutputArea-output").first).to_contain_text("42 1000", timeout=150000)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{what_jupyter_said(lab, run)}") from None
     shot(lab, "notebook-03-kernel-ran-a-cell")
 
     # The console's cookies are not on this origin: the job's JavaScript has none to read.
