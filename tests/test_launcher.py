@@ -3,15 +3,19 @@ busybox container the way the console runs it: as root, on the console's own bus
 (/.console/bin), with a control dir the job cannot write. The GPU case is real too: this
 machine has no GPU, so gpu-check must fail."""
 
+import os
+import stat
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import docker
 import pytest
 
 from faulttolerance.launcher import LAUNCHER
+from jobs.runtime import control as control_files
 from jobs.runtime import engine
 from tests.conftest import BUSYBOX
 from tests.pytest_env import TEST_LABEL, TMP
@@ -262,12 +266,6 @@ def test_the_wake_fifo_ends_the_wait_is_held_only_while_waiting_and_the_job_cann
     """The console wakes a launcher waiting for a decision through the control dir's FIFO
     (control.wake). With the launcher's own poll made 120 s, only the wake can bring the restart
     within the 30 s the run is given. No run inherits the FIFO, and the job cannot open it."""
-    import os
-    import stat
-    import uuid
-
-    from jobs.runtime import control as control_files
-
     job_id, name = uuid.uuid4(), "tj-wake-a1-w0"
     control = engine.make_control_dir(job_id, name)
     command = (
@@ -298,11 +296,6 @@ def test_the_wake_fifo_ends_the_wait_is_held_only_while_waiting_and_the_job_cann
 def test_the_wake_writes_only_into_a_fifo_of_the_control_dir_that_a_launcher_holds(tmp_path, settings):
     """Unit: never a link (followed nowhere), never a plain file, never a FIFO no one reads (it
     would block a writer that waited)."""
-    import os
-    import uuid
-
-    from jobs.runtime import control as control_files
-
     settings.CONTROL_ROOT = str(tmp_path)
     job_id = uuid.uuid4()
     folder = control_files.make_control_dir(job_id, "c")

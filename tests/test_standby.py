@@ -66,10 +66,28 @@ def job_containers(docker_client, job) -> list:
     return docker_client.containers.list(all=True, sparse=True, filters={"label": f"console.job={job.id}"})
 
 
-def test_a_container_level_restart_starts_the_standby_and_the_end_removes_the_next_one(demo, worker, docker_client):
-    job = submit_job(demo, name="standby", fault_tolerance=True, max_restarts=3, command=LOOP)
+def running_with_standby(demo, docker_client, name: str, **fields):
+    """A fault-tolerant job whose attempt 1 runs and whose attempt-2 standby is made."""
+    fields = {"fault_tolerance": True, "max_restarts": 3, "command": LOOP, **fields}
+    job = submit_job(demo, name=name, **fields)
     first = wait_for(lambda: job.attempts.filter(number=1, state=Attempt.State.RUNNING).first(), message="attempt 1")
-    waiting = created_standby(docker_client, job, 2)
+    return job, first, created_standby(docker_client, job, 2)
+
+
+def restart_of(job, first: Attempt, waiting) -> tuple[Attempt, TaskRun]:
+    """Attempt 2 and its task run as a container-level restart makes them (not saved)."""
+    attempt = Attempt(job=job, number=2, level="container")
+    host = first.task_runs.get().host
+    return attempt, TaskRun(attempt=attempt, index=0, host=host, container_name=standby.name_of(waiting))
+
+
+def terminated(job) -> None:
+    stop.request_terminate(job.id)
+    wait_for(lambda: ended(job), message="Terminated")
+
+
+def test_a_container_level_restart_starts_the_standby_and_the_end_removes_the_next_one(demo, worker, docker_client):
+    job, first, waiting = running_with_standby(demo, docker_client, "standby")
     assert waiting.labels["console.attempt"] == "2" and waiting.labels[docker_hosts.STANDBY_LABEL] == "1"
     assert "MA_ATTEMPT=2" in waiting.attrs["Config"]["Env"]
 
@@ -84,8 +102,7 @@ def test_a_container_level_restart_starts_the_standby_and_the_end_removes_the_ne
     wait_for(lambda: "attempt 2" in [line.text for line in read_lines(second.task_runs.get())], message="its line")
     created_standby(docker_client, job, 3)  # and the one after it is made while attempt 2 runs
 
-    stop.request_terminate(job.id)
-    wait_for(lambda: ended(job), message="Terminated")
+    terminated(job)
     wait_for(lambda: not job_containers(docker_client, job), message="every container of the job removed")
 
 
@@ -139,9 +156,7 @@ def test_a_link_planted_in_a_mount_while_the_job_ran_is_never_followed_by_its_st
 
 
 def test_the_orphan_scan_keeps_a_running_jobs_standby_and_removes_one_no_attempt_will_take(demo, worker, docker_client):
-    job = submit_job(demo, name="kept", fault_tolerance=True, max_restarts=3, command=LOOP)
-    wait_for(lambda: job.attempts.filter(number=1, state=Attempt.State.RUNNING).exists(), message="attempt 1")
-    waiting = created_standby(docker_client, job, 2)
+    job, _, waiting = running_with_standby(demo, docker_client, "kept")
     cleanup.remove_orphaned_containers()
     waiting.reload()
     assert waiting.status == "created"  # attempt 2 may come: kept
@@ -154,8 +169,7 @@ def test_the_orphan_scan_keeps_a_running_jobs_standby_and_removes_one_no_attempt
     # (it runs the same scan every 2 s here; a full run saw it win).
     cleanup.remove_orphaned_containers()
     wait_for(lambda: not docker_client.containers.list(all=True, filters={"id": waiting.id}), message="removed")
-    stop.request_terminate(job.id)
-    wait_for(lambda: ended(job), message="Terminated")
+    terminated(job)
 
 
 def test_no_standby_for_a_job_without_fault_tolerance(demo, worker, docker_client):
@@ -165,8 +179,7 @@ def test_no_standby_for_a_job_without_fault_tolerance(demo, worker, docker_clien
     assert standby.prepare(attempt.id) is False  # R = 0: nothing would ever start it
     names = [standby.name_of(c) for c in job_containers(docker_client, plain)]
     assert names == [plain.attempts.get().task_runs.get().container_name]
-    stop.request_terminate(plain.id)
-    wait_for(lambda: ended(plain), message="Terminated")
+    terminated(plain)
 
 
 def test_a_key_pair_deleted_while_the_job_ran_gives_no_access_through_its_standby(demo, worker, docker_client):
@@ -179,40 +192,26 @@ def test_a_key_pair_deleted_while_the_job_ran_gives_no_access_through_its_standb
 
     _, public = ssh.generate_key_pair("owner@laptop")
     pair = KeyPair.objects.create(owner=demo.owner, name="laptop", public_key=public.decode().strip())
-    job = submit_job(
-        demo,
-        name="remote",
-        image=PYTHON_IMAGE,
-        command=LOOP,
-        ssh_remote=True,
-        ssh_key_pair=pair,
-        fault_tolerance=True,
-        max_restarts=2,
+    job, first, waiting = running_with_standby(
+        demo, docker_client, "remote", image=PYTHON_IMAGE, ssh_remote=True, ssh_key_pair=pair, max_restarts=2
     )
-    first = wait_for(lambda: job.attempts.filter(number=1, state=Attempt.State.RUNNING).first(), message="attempt 1")
-    waiting = created_standby(docker_client, job, 2)
     authorized = ssh.ssh_dir_path(job) / "authorized_keys"
     assert authorized.read_text().strip() == pair.public_key
     pair.delete()
 
     job = TrainingJob.objects.get(id=job.id)
-    next_attempt = Attempt(job=job, number=2, level="container")
-    host = first.task_runs.get().host
-    next_run = TaskRun(attempt=next_attempt, index=0, host=host, container_name=standby.name_of(waiting))
+    next_attempt, next_run = restart_of(job, first, waiting)
     assert standby.take_over(job, next_attempt, next_run, waiting)  # the same spec: it may start
     assert authorized.read_text() == ""  # but the access went with the key pair
-    stop.request_terminate(job.id)
-    wait_for(lambda: ended(job), message="Terminated")
+    terminated(job)
 
 
 def test_a_restart_committed_while_the_orphan_scan_reads_keeps_its_standby(demo, worker, docker_client, monkeypatch):
     """Injected race (a full run lost a restart to it): the restart's next attempt and its task
     run are committed while the scan reads, right before it reads the jobs. The scan must see
     the run that will start the standby and keep it."""
-    job = submit_job(demo, name="race", fault_tolerance=True, max_restarts=3, command=LOOP)
-    first = wait_for(lambda: job.attempts.filter(number=1, state=Attempt.State.RUNNING).first(), message="attempt 1")
-    waiting = created_standby(docker_client, job, 2)
-    host = first.task_runs.get().host
+    job, first, waiting = running_with_standby(demo, docker_client, "race")
+    _, restart_run = restart_of(job, first, waiting)
     jobs = cleanup.TrainingJob
 
     class RestartCommitsNow:  # the scan's query of the jobs, with the restart's commit just before it
@@ -221,16 +220,16 @@ def test_a_restart_committed_while_the_orphan_scan_reads_keeps_its_standby(demo,
             def filter(*args, **kwargs):
                 if not job.attempts.filter(number=2).exists():
                     # ENDED: made here without a start, so that reconcile does not start it.
-                    attempt = Attempt.objects.create(job=job, number=2, level="container", state=Attempt.State.ENDED)
-                    TaskRun.objects.create(attempt=attempt, index=0, host=host, container_name=standby.name_of(waiting))
+                    restart_run.attempt.state = Attempt.State.ENDED
+                    restart_run.attempt.save()
+                    restart_run.save()
                 return jobs.objects.filter(*args, **kwargs)
 
     monkeypatch.setattr(cleanup, "TrainingJob", RestartCommitsNow)
     cleanup.remove_orphaned_containers()
     assert docker_client.containers.list(all=True, filters={"id": waiting.id}), "the standby its restart was starting"
     monkeypatch.undo()
-    stop.request_terminate(job.id)
-    wait_for(lambda: ended(job), message="Terminated")
+    terminated(job)
 
 
 def test_a_standby_removed_between_its_check_and_its_start_is_made_again(demo, worker, docker_client, monkeypatch):
@@ -238,12 +237,8 @@ def test_a_standby_removed_between_its_check_and_its_start_is_made_again(demo, w
     should remove it then; a restart must not fail if one does). The start creates it afresh."""
     from jobs.runtime import engine, start
 
-    job = submit_job(demo, name="gone", fault_tolerance=True, max_restarts=3, command=LOOP)
-    first = wait_for(lambda: job.attempts.filter(number=1, state=Attempt.State.RUNNING).first(), message="attempt 1")
-    waiting = created_standby(docker_client, job, 2)
-    host = first.task_runs.get().host
-    next_attempt = Attempt(job=job, number=2, level="container")
-    next_run = TaskRun(attempt=next_attempt, index=0, host=host, container_name=standby.name_of(waiting))
+    job, first, waiting = running_with_standby(demo, docker_client, "gone")
+    next_attempt, next_run = restart_of(job, first, waiting)
     take_over = standby.take_over
 
     def passed_then_removed(job, attempt, task_run, container):
@@ -253,11 +248,10 @@ def test_a_standby_removed_between_its_check_and_its_start_is_made_again(demo, w
         return may
 
     monkeypatch.setattr(standby, "take_over", passed_then_removed)
-    made = start._create_and_start(job, next_attempt, next_run, [host])
+    made = start._create_and_start(job, next_attempt, next_run, [next_run.host])
     try:
         assert made.id != waiting.id and made.status == "running"
     finally:
         made.remove(force=True)
     monkeypatch.undo()
-    stop.request_terminate(job.id)
-    wait_for(lambda: ended(job), message="Terminated")
+    terminated(job)

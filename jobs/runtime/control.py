@@ -136,8 +136,10 @@ def wake(job_id, container_name: str) -> bool:
             return False
         os.write(fd, b"w")
         return True
-    except OSError:  # EAGAIN: bytes already wait there, the launcher wakes all the same
+    except BlockingIOError:  # EAGAIN: bytes already wait there, the launcher wakes all the same
         return True
+    except OSError:  # EPIPE: the reader left between the open and the write; the signal follows
+        return False
     finally:
         os.close(fd)
 

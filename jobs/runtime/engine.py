@@ -108,7 +108,7 @@ from .control import (  # noqa: E402, F401
     runtime_tools_dir,
     write_control_file,
 )
-from .control import wake as wake_launcher  # noqa: E402, F401
+from .control import wake as wake_launcher  # noqa: E402, F401 - "wake" alone would not say whom
 
 
 # -- exec ---------------------------------------------------------------------------------------------
