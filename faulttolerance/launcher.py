@@ -19,6 +19,7 @@ LAUNCHER = "\n".join(
 
 
 DECISION_TIMEOUT_S = 30  # how long a launcher waits for a decision
+DECISION_POLL_S = 0.05  # how often it looks for one when no wake comes (the wake ends a look at once)
 DNS_WAIT_S = 30  # how long the dns check waits for the other instances' names
 REFUSED_EXIT_CODE = 87  # the image shadows the console's mounts with links
 
@@ -30,6 +31,7 @@ def check_environment(*, fault_tolerant: bool, pool, flavor) -> dict[str, str]:
     return {
         # Set here, so that an image's ENV cannot (the job's env vars may not name MA_*).
         "MA_DECISION_TIMEOUT_S": str(DECISION_TIMEOUT_S),
+        "MA_DECISION_POLL_S": str(DECISION_POLL_S),
         "MA_CHECK_DNS_WAIT_S": str(DNS_WAIT_S),
         "MA_PROCESS_RESTART": "1" if fault_tolerant else "0",
         "MA_ENV_CHECKS": "1" if fault_tolerant else "0",
