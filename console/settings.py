@@ -217,6 +217,10 @@ STANDBY_CONTAINERS = os.environ.get("CONSOLE_STANDBY_CONTAINERS", "1") != "0"
 # ... once the attempt has run this long: not in the storm of a start or a restart (the engine is
 # busiest then), and not for a run that ends within seconds.
 STANDBY_AFTER_S = float(os.environ.get("CONSOLE_STANDBY_AFTER_S", "10"))
+# ... and started (armed: its launcher waits for a restart's go), so that a restart is a go and not
+# a start: ~60 ms down instead of ~200 ms, for ~14 MB of host memory per job while it runs (the
+# engine's shim and the waiting shell). "0": made only, a restart starts it.
+STANDBY_ARMED = os.environ.get("CONSOLE_STANDBY_ARMED", "1") != "0"
 # Browser terminals and SSH relays one user may hold open at once in one web process
 # (jobs/session_limits.py).
 SESSIONS_PER_USER = int(os.environ.get("CONSOLE_SESSIONS_PER_USER", "8"))

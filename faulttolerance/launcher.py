@@ -65,6 +65,10 @@ def exit_report_name(attempt_number: int) -> str:
 
 ENV_CHECK_REPORT = "env-check"
 DECISION = "decision"
+GO = "go"  # a standby's launcher runs the checks and the job only once this is in its control dir
+STANDBY_MARK = "standby"  # written beside a standby's launcher: it waits for its go
+BIND_TARGETS = "bind-targets"  # a standby's bind mount targets, one a line, for its launcher to report on
+MOUNTS_REPORT = "mounts"  # the launcher's "<device> <inode>" of each of those targets, in order
 
 
 def parse_exit_report(text: str | None) -> ExitReport | None:
@@ -88,3 +92,25 @@ def parse_env_check_report(text: str | None) -> EnvCheckReport | None:
 def restart_decision(attempt_number: int) -> str:
     """What the console writes for a process-level restart as attempt N."""
     return f"restart {attempt_number}\n"
+
+
+def go_text(attempt_number: int) -> str:
+    """What the console writes as a standby's go (the launcher only asks that it is there)."""
+    return f"go {attempt_number}\n"
+
+
+def parse_mounts_report(text: str | None) -> list[tuple[int, int] | None] | None:
+    """The `mounts` report: one `<device> <inode>` a line (`- -` for a target that was not
+    there, read as None); None when there is no report or a line is anything else."""
+    if text is None:
+        return None
+    found: list[tuple[int, int] | None] = []
+    for line in text.splitlines():
+        parts = line.split()
+        if parts == ["-", "-"]:
+            found.append(None)
+        elif len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            found.append((int(parts[0]), int(parts[1])))
+        else:
+            return None
+    return found

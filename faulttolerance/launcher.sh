@@ -12,14 +12,19 @@
 #   env-check           "pass" or "fail <item>: <detail>" (SPEC §5 checks, when MA_ENV_CHECKS=1)
 #   exit-<attempt>      "<exit code> <1 if a process was OOM-killed, else 0>" when the user's
 #                       process of that attempt ended
+#   mounts              a standby's "<device> <inode>" of each path in "bind-targets" (step 1)
+# and reads what the console writes there: "bind-targets" and "go" (step 1), "decision"
+# (step 3), the FIFO "wake".
 # Log lines ("[env-check] ...", "[console] ...") say the same for people; the console
 # never takes a fact from the log, which the job can print too.
 #
 # 0. Refuses (exit 87) an image that shadows the console's mounts with links: the tools,
 #    the control dir, /cache and /etc/volcano must be mount points where they are named.
-# 1. Pre-flight environment checks when MA_ENV_CHECKS=1: one `item` line per check; the
+# 1. A standby (MA_STANDBY=1), started while the attempt before it runs, reports what is
+#    mounted where and waits for the console's "go" before anything below.
+# 2. Pre-flight environment checks when MA_ENV_CHECKS=1: one `item` line per check; the
 #    first failure is reported, prints `error,exiting` and exits 86.
-# 2. Runs the user's command as a child. When it exits non-zero and process-level
+# 3. Runs the user's command as a child. When it exits non-zero and process-level
 #    restarts are possible (MA_PROCESS_RESTART=1), reports the exit and waits for the
 #    supervisor's decision, which the console writes into the control dir ("decision"):
 #    "restart N" runs the command again in this same container as attempt N (process-level
@@ -111,6 +116,32 @@ check_gpu() {
     fail_check gpu-check "no GPU is visible in the container"
   fi
 }
+
+# 1. A standby (jobs/runtime/standby.py; MA_STANDBY=1, set by the console) is started while the
+# attempt before it still runs. It reports what is mounted where ("mounts": the device and inode
+# of each path the console listed in "bind-targets", in that order; a path that is not there is
+# "- -"), then runs nothing until the console writes "go": a restart took it over, having checked
+# that report against the sources as they are now. The checks and the job run from there on, as
+# in any container. A standby no restart takes is removed; a docker stop ends the wait.
+if [ "${MA_STANDBY:-0}" = 1 ]; then
+  trap 'exit 143' TERM INT
+  : >.mounts.tmp
+  if [ -f bind-targets ]; then
+    while IFS= read -r target; do
+      stat -L -c '%d %i' "$target" >>.mounts.tmp 2>/dev/null || echo "- -" >>.mounts.tmp
+    done <bind-targets
+  fi
+  mv -f .mounts.tmp mounts
+  [ -p wake ] || mkfifo -m 600 wake 2>/dev/null
+  gate_fd=0
+  if (: <>wake) 2>/dev/null; then exec 3<>wake; gate_fd=1; fi
+  until [ -f go ]; do
+    if [ "$gate_fd" = 1 ]; then read -t 5 -n 1 -u 3 gate_byte 2>/dev/null; else sleep 0.05; fi
+  done
+  [ "$gate_fd" = 1 ] && exec 3<&-
+  trap - TERM INT
+fi
+unset MA_STANDBY
 
 # What the job may write but not change: /cache is ma-user's (a fresh volume's root is
 # root's), /etc/volcano (root's tmpfs) holds the instance host names for the dns check.

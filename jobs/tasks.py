@@ -71,10 +71,12 @@ def release_job_resources(job_id: str) -> bool:
 
 @shared_task
 def prepare_standby(attempt_id: int) -> bool:
-    """The next attempt's container, made while this one runs (jobs/runtime/standby.py); idempotent."""
+    """The next attempt's container, made and started while this one runs (jobs/runtime/standby.py);
+    idempotent."""
     from jobs.runtime import standby
 
-    return standby.prepare(attempt_id)
+    made = standby.prepare(attempt_id)
+    return standby.arm(attempt_id) or made
 
 
 @shared_task

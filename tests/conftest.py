@@ -453,6 +453,21 @@ def describe() -> str:
     return "\n".join(out)
 
 
+def job_container(docker_client, job_id):
+    """The job's running container, or None. A fault-tolerant job also runs its next attempt's
+    standby (jobs/runtime/standby.py, armed: its launcher waits for a restart's go): the job's own
+    container is the one of the lowest attempt. Sparse: a full listing inspects each container
+    and fails on one removed meanwhile; the container is then inspected by its id."""
+    listed = docker_client.containers.list(sparse=True, filters={"label": f"console.job={job_id}"})
+    if not listed:
+        return None
+    first = min(listed, key=lambda c: int((c.attrs.get("Labels") or {}).get("console.attempt", 0)))
+    try:
+        return docker_client.containers.get(first.id)
+    except docker.errors.NotFound:
+        return None
+
+
 def running_instance(job, index: int = 0, timeout: float = 60):
     """The job's instance `index` (its task run) once it runs in its container."""
     from jobs.models import TaskRun

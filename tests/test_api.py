@@ -10,7 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from jobs.models import TaskRun, TrainingJob
-from tests.conftest import BUSYBOX, wait_for
+from tests.conftest import BUSYBOX, job_container, wait_for
 
 # Refusals create nothing and roll back; a test that creates a job runs it: the worker (transactional).
 pytestmark = [pytest.mark.django_db]
@@ -263,7 +263,7 @@ LOOP = "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.1; done"
 def test_terminate_action_ends_terminated_with_the_container_gone(demo, api, worker, docker_client):
     job_id = create(api, demo, body(command=LOOP, annotations={RETRY: "3"}))["metadata"]["id"]
     wait_phase(api, demo, job_id, "Running")
-    container = wait_for(lambda: next(iter(job_containers(docker_client, job_id)), None), message="container")
+    container = wait_for(lambda: job_container(docker_client, job_id), message="container")
 
     response = api.post(f"{job_url(demo, job_id)}/actions", {"action_type": "terminate"}, format="json")
     assert response.status_code in (200, 202)
@@ -343,7 +343,7 @@ def test_recoveries_list_the_sigkill_as_transient(demo, api, worker, docker_clie
     command = 'echo attempt $MA_ATTEMPT; if [ "$MA_ATTEMPT" = 1 ]; then ' + LOOP + "; fi; echo finished"
     job_id = create(api, demo, body(command=command, annotations={RETRY: "2"}))["metadata"]["id"]
     wait_phase(api, demo, job_id, "Running")
-    container = wait_for(lambda: next(iter(job_containers(docker_client, job_id)), None), message="container")
+    container = wait_for(lambda: job_container(docker_client, job_id), message="container")
     wait_for(lambda: "tick 3" in container.logs().decode(), message="a few ticks")
     container.kill()  # SIGKILL from outside
 

@@ -14,7 +14,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from jobs.consumers import CLOSE_FORBIDDEN
 from jobs.models import Phase, TrainingJob
-from tests.conftest import BUSYBOX, wait_for
+from tests.conftest import BUSYBOX, job_container, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -145,7 +145,7 @@ def test_create_watch_recover_and_stop_a_job(demo, new_page, docker_client):
     page.get_by_role("link", name="Fault recovery").click()
     recovery_rows = page.locator("#recovery-table tr.recovery-row")
     expect(page.locator("#recovery-table")).to_contain_text("No recoveries.")
-    container = docker_client.containers.list(filters={"label": f"console.job={job.id}"})[0]
+    container = job_container(docker_client, job.id)
     container.kill()
     expect(recovery_rows).to_have_count(1)
     row = recovery_rows.first

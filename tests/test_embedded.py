@@ -19,7 +19,7 @@ import docker
 import pytest
 import requests
 
-from tests.conftest import ROOT, TEST_LABEL, _answers, _free_port, wait_for
+from tests.conftest import ROOT, TEST_LABEL, _answers, _free_port, job_container, wait_for
 from tests.pytest_env import TMP
 from tests.wsclient import connect
 
@@ -88,7 +88,7 @@ def test_embedded_mode_runs_restarts_and_streams_a_job(embedded, docker_client):
     ]
     assert [line for line in seen if not line.startswith("[")][:3] == ["attempt 1", "line 1", "line 2"]
 
-    container = docker_client.containers.list(filters={"label": f"console.job={job_id}"})[0]
+    container = job_container(docker_client, job_id)
     container.kill()
 
     def finished():

@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 
 from jobs.models import EventKind, JobEvent, Notification, Phase, TrainingJob
 from jobs.runtime import stop
-from tests.conftest import BUSYBOX, submit_job, wait_for
+from tests.conftest import BUSYBOX, job_container, submit_job, wait_for
 
 # A test that submits a job has the worker (transactional); the validation cases roll back.
 pytestmark = [pytest.mark.django_db]
@@ -142,7 +142,7 @@ def test_webhook_receives_exactly_the_subscribed_events_in_order(demo, receivers
     wait_for(lambda: job.events.filter(kind=EventKind.SUSPECTED_HANG).exists(), timeout=30, message="a suspected hang")
 
     # A real fault: the container is SIGKILLed behind the console's back.
-    (container,) = docker_client.containers.list(filters={"label": f"console.job={job.id}"})
+    container = job_container(docker_client, job.id)
     container.kill()
     wait_for(lambda: len(hook.delivered()) == 2, timeout=30, message="the restarted notification")
     restarted = hook.delivered()[1]

@@ -4,7 +4,7 @@ import pytest
 
 from jobs.models import Phase, TrainingJob
 from jobs.runtime import stop
-from tests.conftest import submit_job, wait_for
+from tests.conftest import job_container, submit_job, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,7 +20,7 @@ def phase(job) -> str:
 
 def running_container(docker_client, job):
     return wait_for(
-        lambda: next(iter(docker_client.containers.list(filters={"label": f"console.job={job.id}"})), None),
+        lambda: job_container(docker_client, job.id),
         message="a running container",
     )
 

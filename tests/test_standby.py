@@ -11,7 +11,7 @@ import docker
 import pytest
 
 from jobs.models import Attempt, Phase, TaskRun
-from jobs.runtime import cleanup, docker_hosts, standby, stop
+from jobs.runtime import cleanup, docker_hosts, engine, staging, standby, stop
 from tests.conftest import submit_job, wait_for
 from tests.pytest_env import TMP
 from tests.test_host_paths import dedicated_pool, ended, host_dir, unsaved
@@ -21,14 +21,17 @@ pytestmark = pytest.mark.django_db(transaction=True)
 LOOP = "echo attempt $MA_ATTEMPT; while true; do sleep 0.2; done"
 
 
-def created_standby(docker_client, job, number: int):
-    """Attempt `number`'s container of the job, once it exists and was never started."""
+def created_standby(docker_client, job, number: int, *, armed: bool = True):
+    """Attempt `number`'s standby, once it exists: armed (started, its launcher's mounts report
+    written: standby.arm) or, with armed=False, made and not started."""
     name = docker_hosts.container_name(job, number, 0)
 
     def found():
         # Sparse: a listed container removed before its inspect would raise instead of retrying.
         listed = docker_client.containers.list(all=True, sparse=True, filters={"name": f"^{name}$"})
-        if not listed or listed[0].attrs.get("State") != "created":
+        if not listed or listed[0].attrs.get("State") != ("running" if armed else "created"):
+            return None
+        if armed and engine.read_control_file(job.id, name, "mounts") is None:
             return None
         try:
             return docker_client.containers.get(listed[0].id)
@@ -40,7 +43,7 @@ def created_standby(docker_client, job, number: int):
             return None
 
     try:
-        return wait_for(found, timeout=30, message=f"the standby {name}")
+        return wait_for(found, timeout=30, message=f"the standby {name} ({'armed' if armed else 'made'})")
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{what_the_job_went_through(job)}") from None
 
@@ -67,7 +70,7 @@ def job_containers(docker_client, job) -> list:
 
 
 def running_with_standby(demo, docker_client, name: str, **fields):
-    """A fault-tolerant job whose attempt 1 runs and whose attempt-2 standby is made."""
+    """A fault-tolerant job whose attempt 1 runs and whose attempt-2 standby is armed."""
     fields = {"fault_tolerance": True, "max_restarts": 3, "command": LOOP, **fields}
     job = submit_job(demo, name=name, **fields)
     first = wait_for(lambda: job.attempts.filter(number=1, state=Attempt.State.RUNNING).first(), message="attempt 1")
@@ -89,14 +92,14 @@ def terminated(job) -> None:
 def test_a_container_level_restart_starts_the_standby_and_the_end_removes_the_next_one(demo, worker, docker_client):
     job, first, waiting = running_with_standby(demo, docker_client, "standby")
     assert waiting.labels["console.attempt"] == "2" and waiting.labels[docker_hosts.STANDBY_LABEL] == "1"
-    assert "MA_ATTEMPT=2" in waiting.attrs["Config"]["Env"]
+    assert "MA_ATTEMPT=2" in waiting.attrs["Config"]["Env"] and "MA_STANDBY=1" in waiting.attrs["Config"]["Env"]
 
     running = docker_client.containers.get(first.task_runs.get().container_id)
     wait_for(lambda: first.task_runs.get().log_lines >= 1, message="attempt 1's first line")
     running.kill()  # SIGKILL from outside: restarted at container level, on the same host
 
     second = wait_for(lambda: job.attempts.filter(number=2, state=Attempt.State.RUNNING).first(), message="attempt 2")
-    assert second.task_runs.get().container_id == waiting.id  # the standby was started, not a new container
+    assert second.task_runs.get().container_id == waiting.id  # the armed standby went on, no new container
     from jobs.runtime.logs import read_lines
 
     wait_for(lambda: "attempt 2" in [line.text for line in read_lines(second.task_runs.get())], message="its line")
@@ -151,7 +154,7 @@ def test_a_link_planted_in_a_mount_while_the_job_ran_is_never_followed_by_its_st
     assert job.phase == Phase.FAILED and "is a symbolic link" in job.phase_reason, job.phase_reason
     restart = job.attempts.get(number=2).task_runs.get()
     assert restart.state == TaskRun.State.START_FAILED and not restart.container_id
-    assert not docker_client.containers.list(all=True, filters={"id": waiting.id})  # removed, never started
+    assert not docker_client.containers.list(all=True, filters={"id": waiting.id})  # removed, never given its go
     wait_for(lambda: not job_containers(docker_client, job), message="every container of the job removed")
 
 
@@ -159,7 +162,7 @@ def test_the_orphan_scan_keeps_a_running_jobs_standby_and_removes_one_no_attempt
     job, _, waiting = running_with_standby(demo, docker_client, "kept")
     cleanup.remove_orphaned_containers()
     waiting.reload()
-    assert waiting.status == "created"  # attempt 2 may come: kept
+    assert waiting.status == "running" and standby.is_standby(waiting)  # attempt 2 may come: kept
 
     # Attempt 2 came without it (a process-level restart keeps the old container): it is stale.
     # (Made here without a start; the running attempt is left as it is.)
@@ -203,6 +206,7 @@ def test_a_key_pair_deleted_while_the_job_ran_gives_no_access_through_its_standb
     next_attempt, next_run = restart_of(job, first, waiting)
     assert standby.take_over(job, next_attempt, next_run, waiting)  # the same spec: it may start
     assert authorized.read_text() == ""  # but the access went with the key pair
+    waiting.remove(force=True)  # given its go, it is the restart's container: this one is not coming
     terminated(job)
 
 
@@ -235,9 +239,13 @@ def test_a_restart_committed_while_the_orphan_scan_reads_keeps_its_standby(demo,
 def test_a_standby_removed_between_its_check_and_its_start_is_made_again(demo, worker, docker_client, monkeypatch):
     """Injected: the standby goes after the take-over passed it and before Docker's start (no rule
     should remove it then; a restart must not fail if one does). The start creates it afresh."""
-    from jobs.runtime import engine, start
+    from jobs.runtime import start
 
-    job, first, waiting = running_with_standby(demo, docker_client, "gone")
+    job, first, armed = running_with_standby(demo, docker_client, "gone")
+    # One that is not armed (arming failed, or a standby from before arming): made again, not started.
+    standby.remove_quietly(armed, "the test wants one that was not armed")
+    assert standby.prepare(first.id)
+    waiting = created_standby(docker_client, job, 2, armed=False)
     next_attempt, next_run = restart_of(job, first, waiting)
     take_over = standby.take_over
 
@@ -254,4 +262,122 @@ def test_a_standby_removed_between_its_check_and_its_start_is_made_again(demo, w
     finally:
         made.remove(force=True)
     monkeypatch.undo()
+    terminated(job)
+
+
+def test_a_standby_not_armed_is_started_by_its_restart_with_its_go_already_there(demo, worker, docker_client, settings):
+    """CONSOLE_STANDBY_ARMED=0 (or an arm that failed): the standby is only made, and the restart's
+    take-over writes its go before Docker's start, so its launcher goes straight on."""
+    from jobs.runtime import start
+
+    job, first, armed = running_with_standby(demo, docker_client, "made-only")
+    standby.remove_quietly(armed, "the test wants one that was only made")
+    assert standby.prepare(first.id)
+    settings.STANDBY_ARMED = False
+    assert not standby.arm(first.id)  # off: left as made
+    waiting = created_standby(docker_client, job, 2, armed=False)
+    next_attempt, next_run = restart_of(job, first, waiting)
+    made = start._create_and_start(job, next_attempt, next_run, [next_run.host])
+    try:
+        assert made.id == waiting.id and made.status == "running"
+        wait_for(lambda: "attempt 2" in made.logs().decode(errors="replace"), message="the job, right away")
+    finally:
+        made.remove(force=True)
+    terminated(job)
+
+
+def test_an_armed_standby_runs_nothing_until_its_take_over_says_go(demo, worker, docker_client):
+    """Armed by the worker while attempt 1 runs: its launcher reported its mounts and waits; not
+    even the environment checks run before the restart's take-over wrote its go."""
+    job, first, waiting = running_with_standby(demo, docker_client, "armed")
+    name = standby.name_of(waiting)
+    assert standby.is_standby(waiting)
+    time.sleep(1)
+    assert waiting.logs() == b""  # nothing printed: no check, no line of the job
+    assert engine.read_control_file(job.id, name, "env-check") is None
+    assert len(waiting.top()["Processes"]) == 1  # the launcher alone
+    cleanup.remove_orphaned_containers()  # attempt 2 may still come: kept
+    waiting.reload()
+    assert waiting.status == "running"
+
+    next_attempt, next_run = restart_of(job, first, waiting)
+    assert standby.take_over(job, next_attempt, next_run, waiting)
+    wait_for(lambda: "attempt 2" in waiting.logs().decode(errors="replace"), message="the job, after its go")
+    assert engine.read_control_file(job.id, name, "env-check") == "pass\n"  # the checks ran after the go
+    assert not standby.is_standby(waiting)  # its attempt's container now, whatever its labels say
+    waiting.remove(force=True)  # the restart this stands for is not coming
+    terminated(job)
+
+
+def test_an_armed_standby_of_a_death_that_takes_no_restart_is_removed_having_run_nothing(demo, worker, docker_client):
+    """Hostile: the job prints a traceback and is then killed from outside; the log rule makes it a
+    user error, so no restart comes. Its armed standby never ran the job, and it is removed."""
+    command = (
+        'echo "attempt $MA_ATTEMPT"; touch "$MA_JOB_DATA_DIR/ran-$MA_ATTEMPT"; '
+        'echo "Traceback (most recent call last):"; while true; do sleep 0.2; done'
+    )
+    job, first, waiting = running_with_standby(demo, docker_client, "no-restart", command=command)
+    data = staging.job_data_path(job)
+    wait_for(lambda: (data / "ran-1").exists(), message="attempt 1's mark")
+    docker_client.containers.get(first.task_runs.get().container_id).kill()
+
+    wait_for(lambda: ended(job), timeout=60, message="the job to fail")
+    assert job.phase == Phase.FAILED and not job.attempts.filter(number=2).exists(), job.phase_reason
+    wait_for(lambda: not job_containers(docker_client, job), message="every container of the job removed")
+    assert not (data / "ran-2").exists()  # the standby ran nothing of the job
+
+
+def test_a_source_folder_replaced_while_the_job_ran_is_what_the_restart_mounts(demo, worker, docker_client):
+    """Hostile (or just untidy): the job renames the folder of its own second mount away and makes
+    a new one in its place after its standby was armed, which holds the old folder. The restarted
+    job must see the folder now at that path, so the take-over refuses the standby."""
+    pool = dedicated_pool(demo)
+    fs, folder = host_dir("standby-replaced")
+    (folder / "team" / "data").mkdir(parents=True, exist_ok=True)
+    for path in (folder, folder / "team", folder / "team" / "data"):
+        os.chown(path, 1000, 1000)
+    swap = (
+        'if [ "$MA_ATTEMPT" = 1 ]; then while [ ! -e /mnt/s/go ]; do sleep 0.1; done; '
+        "mv /mnt/s/team/data /mnt/s/team/old-$$ && mkdir /mnt/s/team/data && echo new >/mnt/s/team/data/which "
+        "&& echo swapped; fi; echo attempt $MA_ATTEMPT sees $(cat /mnt/data/which 2>/dev/null || echo old); "
+        "while true; do sleep 0.2; done"
+    )
+    job = unsaved(
+        demo,
+        name="swapper",
+        pool_type="dedicated",
+        pool=pool,
+        spec_type="custom",
+        custom_cpus=0.5,
+        custom_memory_gb=0.25,
+        fault_tolerance=True,
+        max_restarts=2,
+        command=swap,
+        file_system_mounts=[
+            {"file_system": fs.name, "path": "/", "mount_path": "/mnt/s", "read_only": False},
+            {"file_system": fs.name, "path": "/team/data", "mount_path": "/mnt/data", "read_only": False},
+        ],
+    )
+    job.full_clean()
+    job.save()
+    from jobs.runtime import schedule
+    from jobs.runtime.logs import read_lines
+
+    schedule.submit(job)
+    first = wait_for(lambda: job.attempts.filter(number=1, state=Attempt.State.RUNNING).first(), message="attempt 1")
+    waiting = created_standby(docker_client, job, 2)
+    (folder / "go").touch()
+    wait_for(lambda: (folder / "team" / "data" / "which").exists(), message="the new folder")
+    docker_client.containers.get(first.task_runs.get().container_id).kill()
+
+    second = wait_for(lambda: job.attempts.filter(number=2, state=Attempt.State.RUNNING).first(), message="attempt 2")
+
+    def seen() -> list[str]:  # read_lines reads what the task run's row says was persisted: read it again
+        return [line.text for line in read_lines(second.task_runs.get())]
+
+    wait_for(lambda: any(text.startswith("attempt 2 sees") for text in seen()), message="its line")
+    assert "attempt 2 sees new" in seen()
+    run = second.task_runs.get()
+    assert run.container_id != waiting.id  # the standby was refused: a fresh container mounts the new folder
+    assert not docker_client.containers.list(all=True, filters={"id": waiting.id})
     terminated(job)

@@ -11,7 +11,7 @@ from django.test import Client
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from jobs.models import Phase, TrainingJob
-from tests.conftest import submit_job, wait_for
+from tests.conftest import job_container, submit_job, wait_for
 from tests.wsclient import connect
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
@@ -206,12 +206,7 @@ def test_log_socket_of_a_restarted_job_shows_both_attempts(demo, live_url, docke
     job = make_job(demo, command, fault_tolerance=True, max_restarts=1)
     with open_socket(live_url, f"/ws/jobs/{job.id}/logs/0/", demo.owner) as ws:
         messages = [ws.recv(timeout=10)]
-        container = wait_for(
-            lambda: next(
-                iter(docker_client.containers.list(sparse=True, filters={"label": f"console.job={job.id}"})), None
-            ),
-            message="a running container",
-        )
+        container = wait_for(lambda: job_container(docker_client, job.id), message="a running container")
 
         def seen(text):
             messages.append(ws.recv(timeout=30))

@@ -119,6 +119,14 @@ def write_control_file(job_id, container_name: str, name: str, text: str) -> Non
     os.replace(tmp, folder / name)
 
 
+def remove_control_file(job_id, container_name: str, name: str) -> None:
+    """A file of the control dir gone (one left by an earlier container of the same name)."""
+    try:
+        os.unlink(control_dir(job_id, container_name) / name)
+    except FileNotFoundError:
+        pass
+
+
 def wake(job_id, container_name: str) -> bool:
     """Wake a launcher waiting for a decision (faulttolerance/launcher.sh reads its control dir's
     FIFO with a 50 ms timeout): one byte, never blocking. False when no launcher holds the FIFO

@@ -7,7 +7,7 @@ import json
 
 from django.conf import settings
 
-from faulttolerance.launcher import LAUNCHER, check_environment
+from faulttolerance.launcher import BIND_TARGETS, GO, LAUNCHER, MOUNTS_REPORT, STANDBY_MARK, check_environment
 from jobs.models import Attempt, DockerHost, ResourcePool, TaskRun, TrainingJob
 
 from . import engine, layout, ssh, staging
@@ -24,8 +24,8 @@ MA_USER = engine.MA_USER
 MASTER_PORT = 29500
 
 
-# A container created ahead of its attempt (standby.py); once started it is that attempt's
-# container like any other (labels cannot change: "created" is what marks a standby).
+# A container created ahead of its attempt (standby.py); once its take-over gave it its go it is
+# that attempt's container like any other (labels cannot change: the go is in its control dir).
 STANDBY_LABEL = "console.standby"
 SPEC_LABEL = "console.spec"  # the standby's spec_fingerprint()
 
@@ -122,6 +122,9 @@ def container_environment(
         ),
         "MA_SSH_HOST_KEY": f"{ssh.REMOTE_SSH_DIR}/{ssh.HOST_KEY}",
         "MA_SSHD_PORT": str(ssh.SSHD_PORT),
+        # "1" only in a standby (container_create_kwargs): its launcher waits for its go. Set
+        # here, so that an image's ENV cannot make a container wait for a go that never comes.
+        "MA_STANDBY": "0",
     }
     return {**DEFAULT_ENVIRONMENT, **job.environment_dict(), **control}
 
@@ -149,13 +152,26 @@ def container_create_kwargs(
     """Everything `containers.create` needs for this instance. Prepares the host side of its
     mounts first (the code copy and backup, missing directories): may raise staging.StagingError.
     A standby (standby.py) is made while the attempt before it still runs; it carries the
-    fingerprint of its spec, which its take-over compares with spec_now()'s."""
+    fingerprint of its spec, which its take-over compares with spec_now()'s, and its launcher
+    waits for the take-over's go (MA_STANDBY=1, beside its control dir's mark: standby.py)."""
     runtime = staging.prepare_sources(job, attempt, task_run, standby=standby)
     control = engine.make_control_dir(job.id, task_run.container_name)
     spec = _spec(job, attempt, task_run, hosts, runtime, staging.mounts_for(job, attempt, task_run, runtime), control)
     if standby:
+        # The fingerprint first: the take-over compares it with what a plain create gives now.
         spec["labels"] = {**spec["labels"], STANDBY_LABEL: "1", SPEC_LABEL: spec_fingerprint(spec)}
+        spec["environment"] = {**spec["environment"], "MA_STANDBY": "1"}
+        for stale in (GO, MOUNTS_REPORT):  # an earlier container's of the same name
+            engine.remove_control_file(job.id, task_run.container_name, stale)
+        engine.write_control_file(job.id, task_run.container_name, STANDBY_MARK, "waiting for its go\n")
+        targets = "".join(f"{target}\n" for target, _ in bind_sources(spec))
+        engine.write_control_file(job.id, task_run.container_name, BIND_TARGETS, targets)
     return spec
+
+
+def bind_sources(spec: dict) -> list[tuple[str, str]]:
+    """(target, host source) of each bind mount of a spec, in order."""
+    return [(m["Target"], m["Source"]) for m in spec["mounts"] if m.get("Type") == "bind"]
 
 
 def spec_now(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hosts: list[DockerHost]) -> dict:

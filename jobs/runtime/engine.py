@@ -105,6 +105,7 @@ from .control import (  # noqa: E402, F401
     make_control_dir,
     read_control_file,
     remove_control_dirs,
+    remove_control_file,
     runtime_tools_dir,
     write_control_file,
 )

@@ -1,36 +1,45 @@
-"""The next attempt's container, made while the current attempt runs: a container-level restart
-of a single-instance job is then a `start` of a container that already exists.
+"""The next attempt's container, made and started while the current attempt runs: a
+container-level restart of a single-instance job is then a "go" to a container that already
+runs, not even a `start`.
 
 Made by `prepare` once an attempt of a fault-tolerant single-instance job runs (start.py queues
 it): on the same host, for attempt number + 1, exactly as create would make it then (that
 attempt's name, labels and MA_ATTEMPT; its code copy and backup staged then), plus the label
-STANDBY_LABEL. A restart that lands on that host finds it by name (start._create_and_start) and
-starts it after `take_over` said it may.
+STANDBY_LABEL and MA_STANDBY=1. Then `arm` starts it: its launcher reports what is mounted where
+and waits (launcher.sh step 1); nothing of the job, not even the environment checks, runs in it
+before a restart's take-over writes its go. A restart that lands on that host finds it by name
+(start._create_and_start); `take_over` says whether it may be the restart's container.
 
-Not trusted as it was made: between its create and its start the job ran, and may have planted
-a symbolic link where one of its bind sources is (its object storage folders, a file system it
-writes); Docker resolves bind sources when it starts a container, not when it creates it.
-`take_over` confines every source and asks every grant again right before the start
-(docker_hosts.spec_now) and compares the whole spec create would give now (mounts, environment,
-limits: an operator may have changed the pool meanwhile) with the standby's, by the fingerprint
-it carries; anything different and the standby is removed and the restart creates a fresh
-container (whose staging names what is wrong). The window between the check and Docker's start
-is what it is without a standby.
+Not trusted as it was made. Docker resolves bind sources when it starts a container, not when it
+creates it, and the job runs meanwhile: it may plant a symbolic link where one of the sources is
+(its object storage folders, a file system it writes). So every source is confined and every
+grant asked again right before Docker's start (docker_hosts.spec_now), by `arm` (or by the
+take-over, for a standby that was not armed); the window between that check and the start is what
+it is without a standby. At the take-over the same check runs again, and the whole spec create
+would give now (mounts, environment, limits: an operator may have changed the pool meanwhile) is
+compared with the standby's, by the fingerprint it carries. A started standby holds the folders it
+was started with (a bind mount holds a folder, not its path): each must still be the folder at its
+source path (the launcher's report of device and inode against the source now), or a job restarted
+in it would write where nobody looks. Anything different and the standby is removed and the
+restart creates a fresh container (whose staging names what is wrong).
 
 Removed when it can no longer be used: when the job ends (stop.finish), by the next `prepare`
 of the same job on that host (a process-level restart kept the old container: the standby is for
 an attempt number that will not come), and by reconcile's orphan scan (cleanup.py) for a job
-that moved to another host. "created" is what marks a standby: once started it is its attempt's
-container like any other (labels cannot change).
+that moved to another host. A standby is a container with STANDBY_LABEL whose control dir holds
+no go (labels cannot change): once given its go it is its attempt's container like any other.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import time
 
 from django.conf import settings
 
-from jobs.models import FINAL_PHASES, RETAINED_PHASES, Attempt, DockerHost, TaskRun, TrainingJob
+from faulttolerance.launcher import GO, MOUNTS_REPORT, STANDBY_MARK, go_text, parse_mounts_report
+from jobs.models import FINAL_PHASES, RETAINED_PHASES, Attempt, DockerHost, Phase, TaskRun, TrainingJob
 
 from . import docker_hosts, engine, staging
 from .docker_hosts import STANDBY_LABEL
@@ -58,16 +67,28 @@ def labels_of(container) -> dict:
     return (container.attrs.get("Config") or {}).get("Labels") or container.attrs.get("Labels") or {}
 
 
-def is_standby(container) -> bool:
-    """Made ahead and never started: labels cannot change, so a standby once started is told
-    apart by its state alone (a listing gives the state as a word, an inspect as a dict)."""
+def status_of(container) -> str:
+    """A listing gives the state as a word, an inspect as a dict."""
     state = container.attrs.get("State")
-    status = state.get("Status") if isinstance(state, dict) else state
-    return labels_of(container).get(STANDBY_LABEL) == "1" and status == "created"
+    return (state.get("Status") if isinstance(state, dict) else state) or ""
+
+
+def is_standby(container) -> bool:
+    """Made ahead and not given to its attempt yet: never started, or armed (its control dir
+    marked, launcher.sh waiting) and given no go. Labels cannot change: the go the take-over
+    writes into the control dir (which the job cannot write) is what ends a standby."""
+    labels = labels_of(container)
+    if labels.get(STANDBY_LABEL) != "1":
+        return False
+    job_id, name = labels.get("console.job", ""), name_of(container)
+    if engine.read_control_file(job_id, name, GO) is not None:
+        return False
+    # Started without a mark: a standby's start from before the go existed, its attempt's since.
+    return status_of(container) == "created" or engine.read_control_file(job_id, name, STANDBY_MARK) is not None
 
 
 def standbys_on(host: DockerHost, job_id) -> list:
-    """The job's standby containers on the host (never started)."""
+    """The job's standby containers on the host (not given their go)."""
     listed = engine.containers_labelled(host, [f"console.job={job_id}", f"{STANDBY_LABEL}=1"])
     return [c for c in listed if is_standby(c)]
 
@@ -123,19 +144,110 @@ def _still_wanted(job_id, number: int, name: str, host: DockerHost) -> bool:
 
 
 def take_over(job: TrainingJob, attempt: Attempt, task_run: TaskRun, container) -> bool:
-    """Whether `container`, found under this task run's name, may be started for it. A standby
-    is only if every source is still confined and granted and its mounts are what create would
-    give now; otherwise it is removed here (False) and the caller creates a fresh container."""
+    """Whether `container`, found under this task run's name, may be (or, armed, go on as) this
+    task run's. A standby is only if every source is still confined and granted, its spec is what
+    create would give now and, armed, it still holds the folders at its sources: then it is given
+    its go (its launcher runs the checks and the job once started, or now if armed). Otherwise it
+    is removed here (False) and the caller creates a fresh container."""
     if not is_standby(container):
         return True  # a start of this attempt made it (or started it already)
-    try:
-        now = docker_hosts.spec_fingerprint(docker_hosts.spec_now(job, attempt, task_run, [task_run.host]))
-    except staging.StagingError as exc:
-        return _refuse(container, task_run, str(exc))
-    if labels_of(container).get(docker_hosts.SPEC_LABEL) != now:
-        # An operator changed the pool (its limits, its environment checks), a grant, a flavor...
-        return _refuse(container, task_run, "its spec is not what create would give now")
+    if container.status not in ("created", "running"):
+        # Armed and ended before its go: killed, or its launcher refused the image.
+        return _refuse(container, task_run, f"it is {container.status}")
+    why_not, spec = _not_as_made(job, attempt, task_run, container)
+    if not why_not and container.status == "running":
+        why_not = _holds_other_folders(job, task_run, spec)
+    if why_not:
+        return _refuse(container, task_run, why_not)
     staging.remove_older_code_copies(job, attempt, task_run)
+    engine.write_control_file(job.id, task_run.container_name, GO, go_text(attempt.number))
+    engine.wake_launcher(job.id, task_run.container_name)  # an armed one waits for it now
+    return True
+
+
+def _not_as_made(job: TrainingJob, attempt: Attempt, task_run: TaskRun, container) -> tuple[str, dict | None]:
+    """Why the standby may not start (or run) as this task run's container, or "", and the spec
+    create would give now: a source no longer confined or granted, or another spec."""
+    try:
+        spec = docker_hosts.spec_now(job, attempt, task_run, [task_run.host])
+    except staging.StagingError as exc:
+        return str(exc), None
+    if labels_of(container).get(docker_hosts.SPEC_LABEL) != docker_hosts.spec_fingerprint(spec):
+        # An operator changed the pool (its limits, its environment checks), a grant, a flavor...
+        return "its spec is not what create would give now", spec
+    return "", spec
+
+
+REPORT_WAIT_S = 2.0  # an armed standby reports its mounts within milliseconds of its start
+
+
+def _holds_other_folders(job: TrainingJob, task_run: TaskRun, spec: dict) -> str:
+    """Why an armed standby may not run the job, or "": a bind mount holds the folder its source
+    path named at the start, and a folder replaced since (renamed away, deleted and made again)
+    would have the restarted job write where nobody looks. Its launcher's report (device and
+    inode of each target, taken before anything of the job ran there) must match each source as
+    it is now. Fails closed: no report, or any difference (a remote host whose share has other
+    device numbers here too), and the restart creates a fresh container."""
+    sources = docker_hosts.bind_sources(spec)
+    deadline = time.monotonic() + REPORT_WAIT_S
+    while (report := parse_mounts_report(_mounts_report_text(job, task_run))) is None:
+        if time.monotonic() > deadline:
+            return "its launcher did not report its mounts"
+        time.sleep(0.02)  # armed a moment ago: its launcher is writing it
+    if len(report) != len(sources):
+        return "its launcher's report does not name every mount"
+    for (target, source), held in zip(sources, report, strict=True):
+        try:
+            now = os.stat(source)
+        except OSError:
+            return f"the source of {target} is gone"
+        if held != (now.st_dev, now.st_ino):
+            return f"the source of {target} is not the folder it was started with"
+    return ""
+
+
+def _mounts_report_text(job: TrainingJob, task_run: TaskRun) -> str | None:
+    return engine.read_control_file(job.id, task_run.container_name, MOUNTS_REPORT)
+
+
+def arm(attempt_id: int) -> bool:
+    """Start attempt n + 1's standby (made by `prepare`) while attempt n runs, so that a restart
+    is a go and not a `start` (unless settings.STANDBY_ARMED is off). Checked as the take-over
+    checks it, right before Docker's start (which resolves the bind sources); its launcher runs
+    nothing of the job before its go. True when it was started; a standby left as it was is
+    started (or refused) by the take-over."""
+    run = (
+        TaskRun.objects.select_related("attempt__job", "host")
+        .filter(
+            attempt_id=attempt_id,
+            index=0,
+            state=TaskRun.State.RUNNING,
+            attempt__state=Attempt.State.RUNNING,
+            attempt__job__phase=Phase.RUNNING,
+            attempt__job__terminate_requested=False,
+            host__enabled=True,
+            host__isolated=False,
+        )
+        .first()
+    )
+    if run is None or not wanted(run.attempt.job) or not settings.STANDBY_ARMED:
+        return False
+    attempt, job = run.attempt, run.attempt.job
+    name = docker_hosts.container_name(job, attempt.number + 1, 0)
+    next_attempt = Attempt(job=job, number=attempt.number + 1, level="container")
+    next_run = TaskRun(attempt=next_attempt, index=0, host=run.host, container_name=name)
+    try:
+        container = engine.container_or_none(run.host, name)
+        if container is None or container.status != "created" or not is_standby(container):
+            return False
+        why_not, _ = _not_as_made(job, next_attempt, next_run, container)
+        if why_not:
+            log.info("standby %s not armed: %s", name, why_not)  # its take-over refuses it
+            return False
+        engine.start_container(container)
+    except HOST_ERRORS as exc:  # removed meanwhile (the job ended), a host gone
+        log.info("standby %s not armed: %s", name, exc)
+        return False
     return True
 
 

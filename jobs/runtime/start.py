@@ -29,8 +29,9 @@ CREATE_RACE_TRIES = 100  # x 50 ms: a concurrent create of the same container ta
 def _create_and_start(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hosts: list[DockerHost]):
     """Create and start the instance's container, or take the one a start of this same
     attempt already made (a retried or concurrent start) or the standby made for it while the
-    attempt before ran (standby.py): one container per task run, and a name already in use
-    (409) is that container, not a failed start."""
+    attempt before ran (standby.py; started already when armed: the take-over's go is the
+    restart): one container per task run, and a name already in use (409) is that container,
+    not a failed start."""
     for _ in range(CREATE_RACE_TRIES):
         container = engine.container_or_none(task_run.host, task_run.container_name)
         if container is not None and not standby.take_over(job, attempt, task_run, container):
@@ -118,7 +119,9 @@ def start_attempt(attempt_id: int) -> bool:
                 container = _create_and_start(job, attempt, task_run, hosts)
                 made.append(container)
                 container_id = container.id
-                started_at = docker_time(container.attrs["State"].get("StartedAt")) or started_at
+                # Docker's start, or now for an armed standby (standby.arm): started while the
+                # attempt before ran, its launcher ran nothing before the take-over's go, just given.
+                started_at = max(docker_time(container.attrs["State"].get("StartedAt")) or started_at, started_at)
         except HOST_ERRORS as exc:
             # Lost only when the host does not answer any more: a create or start that timed
             # out on a live host (a slow image) is the start's failure, not a faulty host.
