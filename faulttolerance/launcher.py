@@ -68,7 +68,9 @@ DECISION = "decision"
 GO = "go"  # a standby's launcher runs the checks and the job only once this is in its control dir
 STANDBY_MARK = "standby"  # written beside a standby's launcher: it waits for its go
 BIND_TARGETS = "bind-targets"  # a standby's bind mount targets, one a line, for its launcher to report on
-MOUNTS_REPORT = "mounts"  # the launcher's "<device> <inode>" of each of those targets, in order
+MOUNTS_CHECK = "check"  # the console asks (a nonce) ...
+MOUNTS_REPORT = "mounts"  # ... the launcher answers: the nonce, then "<device> <inode>" of each target
+STANDBY_FILES = (STANDBY_MARK, BIND_TARGETS, MOUNTS_CHECK, MOUNTS_REPORT)
 
 
 def parse_exit_report(text: str | None) -> ExitReport | None:
@@ -99,18 +101,16 @@ def go_text(attempt_number: int) -> str:
     return f"go {attempt_number}\n"
 
 
-def parse_mounts_report(text: str | None) -> list[tuple[int, int] | None] | None:
-    """The `mounts` report: one `<device> <inode>` a line (`- -` for a target that was not
-    there, read as None); None when there is no report or a line is anything else."""
-    if text is None:
+def parse_mounts_report(text: str | None, nonce: str) -> list[tuple[int, int]] | None:
+    """The launcher's answer to the check with this nonce: `<device> <inode>` a line after the
+    nonce; None when there is none yet (or one to an earlier check) or a line is anything else."""
+    lines = (text or "").splitlines()
+    if not lines or lines[0] != nonce:
         return None
-    found: list[tuple[int, int] | None] = []
-    for line in text.splitlines():
+    found: list[tuple[int, int]] = []
+    for line in lines[1:]:
         parts = line.split()
-        if parts == ["-", "-"]:
-            found.append(None)
-        elif len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
-            found.append((int(parts[0]), int(parts[1])))
-        else:
+        if len(parts) != 2 or not parts[0].isdigit() or not parts[1].isdigit():
             return None
+        found.append((int(parts[0]), int(parts[1])))
     return found

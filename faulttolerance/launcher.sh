@@ -12,16 +12,17 @@
 #   env-check           "pass" or "fail <item>: <detail>" (SPEC §5 checks, when MA_ENV_CHECKS=1)
 #   exit-<attempt>      "<exit code> <1 if a process was OOM-killed, else 0>" when the user's
 #                       process of that attempt ended
-#   mounts              a standby's "<device> <inode>" of each path in "bind-targets" (step 1)
-# and reads what the console writes there: "bind-targets" and "go" (step 1), "decision"
-# (step 3), the FIFO "wake".
+#   mounts              a standby's answer to "check": its nonce, then "<device> <inode>" of
+#                       each path in "bind-targets" (step 1)
+# and reads what the console writes there: "bind-targets", "check" and "go" (step 1),
+# "decision" (step 3), the FIFO "wake".
 # Log lines ("[env-check] ...", "[console] ...") say the same for people; the console
 # never takes a fact from the log, which the job can print too.
 #
 # 0. Refuses (exit 87) an image that shadows the console's mounts with links: the tools,
 #    the control dir, /cache and /etc/volcano must be mount points where they are named.
-# 1. A standby (MA_STANDBY=1), started while the attempt before it runs, reports what is
-#    mounted where and waits for the console's "go" before anything below.
+# 1. A standby (MA_STANDBY=1), started while the attempt before it runs, waits for the
+#    console's "go" before anything below, answering its "check" of what is mounted where.
 # 2. Pre-flight environment checks when MA_ENV_CHECKS=1: one `item` line per check; the
 #    first failure is reported, prints `error,exiting` and exits 86.
 # 3. Runs the user's command as a child. When it exits non-zero and process-level
@@ -44,9 +45,14 @@ refuse() { say "refused: $*"; exit 87; }
 PATH= awk 'BEGIN { exit 0 }' 2>/dev/null || refuse "the console's busybox is not a standalone build"
 # Where the console mounted its tools, the control dir, /cache and /etc/volcano: an image
 # with a link at one of these paths would have moved the mount where the job can reach it.
-awk '$5 == "/.console/bin" { b = 1 } $5 == "/.console/run" { r = 1 } $5 == "/cache" { c = 1 }
+awk '$5 == "/.console/bin" { b++ } $5 == "/.console/run" { r++ } $5 == "/cache" { c = 1 }
      $5 == "/etc/volcano" { v = 1 } END { exit !(b && r && c && v) }' /proc/self/mountinfo ||
   refuse "the image has a link at /.console, /cache or /etc/volcano (the console's mounts): rebuild it without"
+# Exactly one mount at the tools and at the control dir: a job's own mount whose target passes
+# through a link it planted in a folder it writes (/data/x -> /.console, then /data/x/run) is
+# made after the console's (Docker mounts by depth) and would cover it.
+awk '$5 == "/.console/bin" { b++ } $5 == "/.console/run" { r++ } END { exit !(b == 1 && r == 1) }' \
+  /proc/self/mountinfo || refuse "a mount of the job covers the console's tools or control dir"
 workdir=$PWD
 cd /.console/run || refuse "no control dir"
 
@@ -117,25 +123,34 @@ check_gpu() {
   fi
 }
 
+# mounts_report NONCE: the device and inode of each path of "bind-targets" as seen here, in
+# order, after the nonce the console asked with (one stat for all: a path not there has no line).
+mounts_report() {
+  nonce=$1
+  set --
+  if [ -f bind-targets ]; then
+    while IFS= read -r target; do set -- "$@" "$target"; done <bind-targets
+  fi
+  { echo "$nonce"; [ $# -gt 0 ] && stat -L -c '%d %i' "$@" 2>/dev/null; } >.mounts.tmp
+  mv -f .mounts.tmp mounts
+}
+
 # 1. A standby (jobs/runtime/standby.py; MA_STANDBY=1, set by the console) is started while the
-# attempt before it still runs. It reports what is mounted where ("mounts": the device and inode
-# of each path the console listed in "bind-targets", in that order; a path that is not there is
-# "- -"), then runs nothing until the console writes "go": a restart took it over, having checked
-# that report against the sources as they are now. The checks and the job run from there on, as
-# in any container. A standby no restart takes is removed; a docker stop ends the wait.
+# attempt before it still runs, and runs nothing until the console writes "go". Before the go the
+# console asks ("check", with a nonce) what is mounted where, and compares the answer ("mounts")
+# with the sources as they are now: a bind mount holds the folder it was started with. The checks
+# and the job run after the go, as in any container. A standby no restart takes is removed; a
+# docker stop ends the wait.
 if [ "${MA_STANDBY:-0}" = 1 ]; then
   trap 'exit 143' TERM INT
-  : >.mounts.tmp
-  if [ -f bind-targets ]; then
-    while IFS= read -r target; do
-      stat -L -c '%d %i' "$target" >>.mounts.tmp 2>/dev/null || echo "- -" >>.mounts.tmp
-    done <bind-targets
-  fi
-  mv -f .mounts.tmp mounts
   [ -p wake ] || mkfifo -m 600 wake 2>/dev/null
   gate_fd=0
   if (: <>wake) 2>/dev/null; then exec 3<>wake; gate_fd=1; fi
   until [ -f go ]; do
+    if mv -f check .check.taken 2>/dev/null; then
+      mounts_report "$(cat .check.taken)"
+      continue
+    fi
     if [ "$gate_fd" = 1 ]; then read -t 5 -n 1 -u 3 gate_byte 2>/dev/null; else sleep 0.05; fi
   done
   [ "$gate_fd" = 1 ] && exec 3<&-

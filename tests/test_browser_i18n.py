@@ -147,6 +147,9 @@ def test_walk_the_wizard_in_chinese_and_switch_languages(demo, chinese_page):
     shot(page, "10-switched-to-english")
     page.locator(".language-switch").get_by_role("button", name="简体中文").click()
     expect(page.locator("#job-header .phase")).to_have_text("运行中")
+    # The switch reloads the page: its Stop button sends nothing until htmx processed the page
+    # (a full run clicked it before, and no POST ever came).
+    htmx_idle(page)
     dialogs: list[str] = []
     page.once("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.accept()))
     page.locator("#job-header").get_by_role("button", name="停止").click()

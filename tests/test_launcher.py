@@ -24,7 +24,7 @@ LOW = {"MA_CHECK_ROOT_GB": "0.1", "MA_CHECK_SHM_GB": "0.5", "MA_CHECK_CACHE_GB":
 
 
 def run_launcher(
-    docker_client, env: dict, *, control: Path | None = None, image: str = BUSYBOX, **kwargs
+    docker_client, env: dict, *, control: Path | None = None, image: str = BUSYBOX, extra_mounts=(), **kwargs
 ) -> tuple[int, list[str]]:
     control = control or Path(tempfile.mkdtemp(dir=TMP, prefix="control-"))
     control.chmod(0o755)
@@ -45,6 +45,7 @@ def run_launcher(
         mounts=[
             docker.types.Mount(engine.TOOLS_MOUNT, str(engine.runtime_tools_dir()), type="bind", read_only=True),
             docker.types.Mount(engine.CONTROL_MOUNT, str(control), type="bind"),
+            *extra_mounts,
         ],
         security_opt=["no-new-privileges"],
         labels=dict([TEST_LABEL]),
@@ -223,6 +224,30 @@ def test_an_image_with_links_at_the_consoles_mounts_is_refused(client, links):
     assert "user command ran" not in lines
     assert sorted(p.name for p in control.iterdir()) == []  # no report: nothing ran
     assert (control.stat().st_uid, oct(control.stat().st_mode & 0o777)) == (0, "0o755")
+
+
+def test_a_mount_of_the_job_that_covers_the_control_dir_through_a_planted_link_is_refused(client):
+    """A job writes a link into a folder it has mounted (/data/x -> /.console); its next container
+    mounts another of its folders at /data/x/run. Docker mounts by depth and follows the link
+    inside the container: that folder, the job's to write, would cover the control dir, where the
+    launcher reads its go and its decisions and writes its reports."""
+    outer = Path(tempfile.mkdtemp(dir=TMP, prefix="outer-"))
+    inner = Path(tempfile.mkdtemp(dir=TMP, prefix="inner-"))
+    (outer / "x").symlink_to("/.console")
+    (inner / "go").write_text("forged\n")
+    control = Path(tempfile.mkdtemp(dir=TMP, prefix="control-"))
+    code, lines = run_launcher(
+        client,
+        {"MA_USER_COMMAND": "echo user command ran"},
+        control=control,
+        extra_mounts=[
+            docker.types.Mount("/data", str(outer), type="bind"),
+            docker.types.Mount("/data/x/run", str(inner), type="bind"),
+        ],
+    )
+    assert code == 87, lines
+    assert "[console] refused: a mount of the job covers the console's tools or control dir" in lines, lines
+    assert "user command ran" not in lines
 
 
 def test_the_command_runs_in_the_images_own_shell(client):

@@ -12,7 +12,7 @@ import pytest
 
 from jobs.models import Attempt, Phase, TaskRun
 from jobs.runtime import cleanup, docker_hosts, engine, staging, standby, stop
-from tests.conftest import submit_job, wait_for
+from tests.conftest import BUSYBOX, submit_job, wait_for
 from tests.pytest_env import TMP
 from tests.test_host_paths import dedicated_pool, ended, host_dir, unsaved
 
@@ -22,16 +22,14 @@ LOOP = "echo attempt $MA_ATTEMPT; while true; do sleep 0.2; done"
 
 
 def created_standby(docker_client, job, number: int, *, armed: bool = True):
-    """Attempt `number`'s standby, once it exists: armed (started, its launcher's mounts report
-    written: standby.arm) or, with armed=False, made and not started."""
+    """Attempt `number`'s standby, once it exists: armed (started, its launcher waiting for its
+    go: standby.arm) or, with armed=False, made and not started."""
     name = docker_hosts.container_name(job, number, 0)
 
     def found():
         # Sparse: a listed container removed before its inspect would raise instead of retrying.
         listed = docker_client.containers.list(all=True, sparse=True, filters={"name": f"^{name}$"})
         if not listed or listed[0].attrs.get("State") != ("running" if armed else "created"):
-            return None
-        if armed and engine.read_control_file(job.id, name, "mounts") is None:
             return None
         try:
             return docker_client.containers.get(listed[0].id)
@@ -327,19 +325,25 @@ def test_an_armed_standby_of_a_death_that_takes_no_restart_is_removed_having_run
     assert not (data / "ran-2").exists()  # the standby ran nothing of the job
 
 
-def test_a_source_folder_replaced_while_the_job_ran_is_what_the_restart_mounts(demo, worker, docker_client):
+@pytest.mark.parametrize("swapped", [True, False], ids=["folder-swapped", "folder-kept"])
+def test_a_source_folder_replaced_while_the_job_ran_is_what_the_restart_mounts(demo, worker, docker_client, swapped):
     """Hostile (or just untidy): the job renames the folder of its own second mount away and makes
     a new one in its place after its standby was armed, which holds the old folder. The restarted
-    job must see the folder now at that path, so the take-over refuses the standby."""
+    job must see the folder now at that path, so the take-over refuses the standby. (Kept as it
+    was, the same mounts, and the armed standby is the restart's container.)"""
     pool = dedicated_pool(demo)
-    fs, folder = host_dir("standby-replaced")
+    fs, folder = host_dir(f"standby-replaced-{swapped}")
     (folder / "team" / "data").mkdir(parents=True, exist_ok=True)
     for path in (folder, folder / "team", folder / "team" / "data"):
         os.chown(path, 1000, 1000)
+    change = (
+        "mv /mnt/s/team/data /mnt/s/team/old-$$ && mkdir /mnt/s/team/data && echo new >/mnt/s/team/data/which"
+        if swapped
+        else "echo new >/mnt/s/team/data/which"
+    )
     swap = (
         'if [ "$MA_ATTEMPT" = 1 ]; then while [ ! -e /mnt/s/go ]; do sleep 0.1; done; '
-        "mv /mnt/s/team/data /mnt/s/team/old-$$ && mkdir /mnt/s/team/data && echo new >/mnt/s/team/data/which "
-        "&& echo swapped; fi; echo attempt $MA_ATTEMPT sees $(cat /mnt/data/which 2>/dev/null || echo old); "
+        f"{change} && echo changed; fi; echo attempt $MA_ATTEMPT sees $(cat /mnt/data/which 2>/dev/null || echo old); "
         "while true; do sleep 0.2; done"
     )
     job = unsaved(
@@ -378,6 +382,46 @@ def test_a_source_folder_replaced_while_the_job_ran_is_what_the_restart_mounts(d
     wait_for(lambda: any(text.startswith("attempt 2 sees") for text in seen()), message="its line")
     assert "attempt 2 sees new" in seen()
     run = second.task_runs.get()
-    assert run.container_id != waiting.id  # the standby was refused: a fresh container mounts the new folder
-    assert not docker_client.containers.list(all=True, filters={"id": waiting.id})
+    if swapped:
+        assert run.container_id != waiting.id  # the standby was refused: a fresh container mounts the new folder
+        assert not docker_client.containers.list(all=True, filters={"id": waiting.id})
+        said = what_the_job_went_through(job)
+        assert "not used: the source of /mnt/data is not the folder it was started with" in said, said
+    else:
+        assert run.container_id == waiting.id  # the same folders: the armed standby went on
     terminated(job)
+
+
+def test_an_images_healthcheck_never_runs_in_the_consoles_containers(demo, worker, docker_client):
+    """Docker runs an image's HEALTHCHECK as the container's user, root here (the launcher's): it
+    could write the control dir (forge a report, give an armed standby its go). The console's
+    containers run none: neither the job's nor its armed standby."""
+    import io
+    import tarfile
+
+    tag = "console-test/healthcheck:latest"
+    dockerfile = (
+        f"FROM {BUSYBOX}\n"
+        "HEALTHCHECK --interval=1s CMD "
+        "sh -c 'id -u >> /.console/run/healthcheck; touch /.console/run/go'\n"
+    ).encode()
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        entry = tarfile.TarInfo("Dockerfile")
+        entry.size = len(dockerfile)
+        tar.addfile(entry, io.BytesIO(dockerfile))
+    context.seek(0)
+    docker_client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True, network_mode="none")
+    try:
+        job, first, waiting = running_with_standby(demo, docker_client, "healthcheck", image=tag)
+        time.sleep(3)  # three intervals of the image's healthcheck
+        running = docker_client.containers.get(first.task_runs.get().container_id)
+        for container in (running, waiting):
+            container.reload()
+            assert container.attrs["Config"]["Healthcheck"]["Test"] == ["NONE"]
+            assert "Health" not in container.attrs["State"]
+            assert engine.read_control_file(job.id, standby.name_of(container), "healthcheck") is None
+        assert standby.is_standby(waiting)  # no go from anyone but the console
+        terminated(job)
+    finally:
+        docker_client.images.remove(tag, force=True)

@@ -7,7 +7,7 @@ import json
 
 from django.conf import settings
 
-from faulttolerance.launcher import BIND_TARGETS, GO, LAUNCHER, MOUNTS_REPORT, STANDBY_MARK, check_environment
+from faulttolerance.launcher import BIND_TARGETS, GO, LAUNCHER, STANDBY_FILES, STANDBY_MARK, check_environment
 from jobs.models import Attempt, DockerHost, ResourcePool, TaskRun, TrainingJob
 
 from . import engine, layout, ssh, staging
@@ -41,6 +41,8 @@ def container_labels(job: TrainingJob, attempt: Attempt, task_run: TaskRun) -> d
         "console.job": str(job.id),
         "console.attempt": str(attempt.number),
         "console.task": str(task_run.index),
+        # Set here, "1" only on a standby: an image's LABEL cannot make a container look like one.
+        STANDBY_LABEL: "0",
     }
     labels.update(settings.CONTAINER_EXTRA_LABELS)
     return labels
@@ -161,17 +163,33 @@ def container_create_kwargs(
         # The fingerprint first: the take-over compares it with what a plain create gives now.
         spec["labels"] = {**spec["labels"], STANDBY_LABEL: "1", SPEC_LABEL: spec_fingerprint(spec)}
         spec["environment"] = {**spec["environment"], "MA_STANDBY": "1"}
-        for stale in (GO, MOUNTS_REPORT):  # an earlier container's of the same name
-            engine.remove_control_file(job.id, task_run.container_name, stale)
-        engine.write_control_file(job.id, task_run.container_name, STANDBY_MARK, "waiting for its go\n")
-        targets = "".join(f"{target}\n" for target, _ in bind_sources(spec))
-        engine.write_control_file(job.id, task_run.container_name, BIND_TARGETS, targets)
     return spec
 
 
 def bind_sources(spec: dict) -> list[tuple[str, str]]:
     """(target, host source) of each bind mount of a spec, in order."""
     return [(m["Target"], m["Source"]) for m in spec["mounts"] if m.get("Type") == "bind"]
+
+
+def has_network_volumes(spec: dict) -> bool:
+    """Whether a spec mounts an NFS export (a volume the engine mounts at the start): a started
+    container holds the export's folder as it was, and nothing here can tell whether it moved."""
+    return any(
+        (((m.get("VolumeOptions") or {}).get("DriverConfig") or {}).get("Options") or {}).get("type") == "nfs"
+        for m in spec["mounts"]
+    )
+
+
+def _mark_standby(job: TrainingJob, task_run: TaskRun, spec: dict) -> None:
+    """The control dir of a standby just made: its mark, the bind targets its launcher is asked
+    about, and nothing an earlier container of this name left (a go would start its job). Only
+    once the create succeeded: a create that lost the name (409) must not touch the dir of the
+    container that holds it."""
+    name = task_run.container_name
+    for stale in (GO, *STANDBY_FILES):
+        engine.remove_control_file(job.id, name, stale)
+    engine.write_control_file(job.id, name, BIND_TARGETS, "".join(f"{target}\n" for target, _ in bind_sources(spec)))
+    engine.write_control_file(job.id, name, STANDBY_MARK, "waiting for its go\n")
 
 
 def spec_now(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hosts: list[DockerHost]) -> dict:
@@ -232,6 +250,9 @@ def _spec(
         # Root's: the launcher writes the instance host names there; the job only reads them.
         "tmpfs": {"/etc/volcano": "mode=755,size=64k"},
         "security_opt": ["no-new-privileges"],
+        # No HEALTHCHECK of the image: Docker runs it as the container's user, root here (the
+        # launcher's), where it could write the control dir (forge a report, a standby's go).
+        "healthcheck": {"test": ["NONE"]},
         # IPv4 only: no link-local IPv6 route to whatever the host serves on "::".
         "sysctls": {"net.ipv6.conf.all.disable_ipv6": "1"},
         # The local driver keeps every byte the job prints (json-file replaces invalid UTF-8)
@@ -249,4 +270,7 @@ def create_container(
     spec = container_create_kwargs(job, attempt, task_run, hosts, standby=standby)
     if spec["network"] != "none":
         engine.ensure_internal_network(task_run.host, spec["network"], staging.volume_labels(job, "network"))
-    return engine.create_container(task_run.host, spec, network_alias=instance_hostname(job, task_run.index))
+    container = engine.create_container(task_run.host, spec, network_alias=instance_hostname(job, task_run.index))
+    if standby:
+        _mark_standby(job, task_run, spec)
+    return container

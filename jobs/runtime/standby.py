@@ -34,11 +34,20 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import time
 
 from django.conf import settings
 
-from faulttolerance.launcher import GO, MOUNTS_REPORT, STANDBY_MARK, go_text, parse_mounts_report
+from faulttolerance.launcher import (
+    GO,
+    MOUNTS_CHECK,
+    MOUNTS_REPORT,
+    STANDBY_FILES,
+    STANDBY_MARK,
+    go_text,
+    parse_mounts_report,
+)
 from jobs.models import FINAL_PHASES, RETAINED_PHASES, Attempt, DockerHost, Phase, TaskRun, TrainingJob
 
 from . import docker_hosts, engine, staging
@@ -60,6 +69,10 @@ def wanted(job: TrainingJob) -> bool:
 def name_of(container) -> str:
     """A container's name, from a full inspect or a sparse listing."""
     return (container.attrs.get("Name") or (container.attrs.get("Names") or ["/"])[0]).lstrip("/")
+
+
+def job_id_of(container) -> str:
+    return labels_of(container).get("console.job", "")
 
 
 def labels_of(container) -> dict:
@@ -178,36 +191,38 @@ def _not_as_made(job: TrainingJob, attempt: Attempt, task_run: TaskRun, containe
     return "", spec
 
 
-REPORT_WAIT_S = 2.0  # an armed standby reports its mounts within milliseconds of its start
+REPORT_WAIT_S = 2.0  # an armed standby's launcher answers a check within milliseconds
 
 
 def _holds_other_folders(job: TrainingJob, task_run: TaskRun, spec: dict) -> str:
     """Why an armed standby may not run the job, or "": a bind mount holds the folder its source
-    path named at the start, and a folder replaced since (renamed away, deleted and made again)
-    would have the restarted job write where nobody looks. Its launcher's report (device and
-    inode of each target, taken before anything of the job ran there) must match each source as
-    it is now. Fails closed: no report, or any difference (a remote host whose share has other
-    device numbers here too), and the restart creates a fresh container."""
-    sources = docker_hosts.bind_sources(spec)
+    path named at the start, and a folder replaced since (renamed away, deleted and made again;
+    or a folder on the way to a mount nested in another, renamed in the outer one) would have the
+    restarted job work where nobody looks. Its launcher is asked now (a nonce, so that an earlier
+    answer is not taken) for the device and inode of each target as it sees them, and each must
+    be its source's as it is now, the source itself and no link (lstat). Fails closed: no answer,
+    any difference (a remote host whose share has other device numbers here too), and the
+    restart creates a fresh container."""
+    name = task_run.container_name
+    nonce = secrets.token_hex(8)
+    engine.write_control_file(job.id, name, MOUNTS_CHECK, f"{nonce}\n")
+    engine.wake_launcher(job.id, name)
     deadline = time.monotonic() + REPORT_WAIT_S
-    while (report := parse_mounts_report(_mounts_report_text(job, task_run))) is None:
+    while (report := parse_mounts_report(engine.read_control_file(job.id, name, MOUNTS_REPORT), nonce)) is None:
         if time.monotonic() > deadline:
-            return "its launcher did not report its mounts"
-        time.sleep(0.02)  # armed a moment ago: its launcher is writing it
+            return "its launcher did not answer the check of its mounts"
+        time.sleep(0.002)
+    sources = docker_hosts.bind_sources(spec)
     if len(report) != len(sources):
-        return "its launcher's report does not name every mount"
+        return "not every mount target is there (its launcher's answer is short)"
     for (target, source), held in zip(sources, report, strict=True):
         try:
-            now = os.stat(source)
+            now = os.lstat(source)
         except OSError:
             return f"the source of {target} is gone"
         if held != (now.st_dev, now.st_ino):
             return f"the source of {target} is not the folder it was started with"
     return ""
-
-
-def _mounts_report_text(job: TrainingJob, task_run: TaskRun) -> str | None:
-    return engine.read_control_file(job.id, task_run.container_name, MOUNTS_REPORT)
 
 
 def arm(attempt_id: int) -> bool:
@@ -240,10 +255,12 @@ def arm(attempt_id: int) -> bool:
         container = engine.container_or_none(run.host, name)
         if container is None or container.status != "created" or not is_standby(container):
             return False
-        why_not, _ = _not_as_made(job, next_attempt, next_run, container)
+        why_not, spec = _not_as_made(job, next_attempt, next_run, container)
         if why_not:
             log.info("standby %s not armed: %s", name, why_not)  # its take-over refuses it
             return False
+        if docker_hosts.has_network_volumes(spec):
+            return False  # an NFS export cannot be checked again at the take-over: started then
         engine.start_container(container)
     except HOST_ERRORS as exc:  # removed meanwhile (the job ended), a host gone
         log.info("standby %s not armed: %s", name, exc)
@@ -256,6 +273,8 @@ def _refuse(container, task_run: TaskRun, why: str) -> bool:
     fails the start (the engine's error propagates) rather than being found and started again."""
     log.info("standby %s not used: %s", task_run.container_name, why)
     engine.remove_container(container)
+    for name in STANDBY_FILES:  # the fresh container of this name uses the same control dir
+        engine.remove_control_file(job_id_of(container), task_run.container_name, name)
     return False
 
 

@@ -119,9 +119,10 @@ def start_attempt(attempt_id: int) -> bool:
                 container = _create_and_start(job, attempt, task_run, hosts)
                 made.append(container)
                 container_id = container.id
-                # Docker's start, or now for an armed standby (standby.arm): started while the
-                # attempt before ran, its launcher ran nothing before the take-over's go, just given.
-                started_at = max(docker_time(container.attrs["State"].get("StartedAt")) or started_at, started_at)
+                # Docker's start; for an armed standby (standby.arm), started while the attempt
+                # before ran, now: its launcher ran nothing before the take-over's go, just given.
+                docker_started = docker_time(container.attrs["State"].get("StartedAt"))
+                started_at = docker_started if docker_started and docker_started >= started_at else timezone.now()
         except HOST_ERRORS as exc:
             # Lost only when the host does not answer any more: a create or start that timed
             # out on a live host (a slow image) is the start's failure, not a faulty host.
