@@ -117,6 +117,12 @@ def first_line(lines: list[tuple[int, str]], predicate: Callable[[str], bool]) -
     return next((ts for ts, text in lines if predicate(text)), None)
 
 
+def job_own(containers: list) -> Container | None:
+    """Of a job's running containers, its own: a fault-tolerant job also runs its next attempt's
+    standby (armed: waiting for a restart's go), whose attempt is one higher."""
+    return min(containers, key=lambda c: int(c.labels.get("console.attempt", 0)), default=None)
+
+
 def running_container(client: DockerClient, job_id: str, attempt: int) -> Container | None:
     found = client.containers.list(filters={"label": [f"console.job={job_id}", f"console.attempt={attempt}"]})
     return found[0] if found else None

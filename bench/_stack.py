@@ -281,12 +281,14 @@ class Stack:
 
         import docker
 
+        from bench._docker import job_own
+
         client = docker.from_env()
         deadline = time.monotonic() + timeout
         while True:
-            found = client.containers.list(filters={"label": f"console.job={job_id}"})
-            if found:
-                return found[0]
+            found = job_own(client.containers.list(filters={"label": f"console.job={job_id}"}))
+            if found is not None:
+                return found
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the container of job {job_id} did not start in {timeout} s")
             self._check_alive()

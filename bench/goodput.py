@@ -50,7 +50,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._docker import SecondEngine, poll, python_process  # noqa: E402
+from bench._docker import SecondEngine, job_own, poll, python_process  # noqa: E402
 from bench._stack import BENCH_LABEL, PYTHON_IMAGE, RUN_LABEL, Stack  # noqa: E402
 
 SCRIPT = "/opt/console/examples/train_checkpoint.py"
@@ -206,8 +206,7 @@ def ours_lines(job_id: str) -> list[tuple[int, str]]:
 
 
 def ours_container(engine: SecondEngine, job_id: str):
-    found = engine.client().containers.list(filters={"label": f"console.job={job_id}"})
-    return found[0] if found else None
+    return job_own(engine.client().containers.list(filters={"label": f"console.job={job_id}"}))
 
 
 def start_docker(engine: SecondEngine, tag: str):

@@ -75,9 +75,9 @@ def followed_and_running(job_ids: list[str]) -> bool:
 
 
 def standbys_made(client, job_ids: list[str]) -> bool:
-    """Every job has its next container made (jobs/runtime/standby.py): the steady state of a
-    fault-tolerant job, which a restart then only starts."""
-    made = client.containers.list(all=True, sparse=True, filters={"label": "console.standby=1", "status": "created"})
+    """Every job has its next container made and armed (jobs/runtime/standby.py): the steady
+    state of a fault-tolerant job, which a restart then only gives its go."""
+    made = client.containers.list(all=True, sparse=True, filters={"label": "console.standby=1", "status": "running"})
     jobs = {c.attrs.get("Labels", {}).get("console.job") for c in made}
     return all(job_id in jobs for job_id in job_ids)
 
