@@ -105,6 +105,19 @@ def stop_latency(stack: Stack, job_id: str) -> float:
     return time.monotonic() - t0
 
 
+def settled_stop(stack: Stack, client, job_id: str) -> float:
+    """A stop, timed; then every container of the job gone before the next probe (its own and its
+    armed standby: a kill and a removal each, engine work that would otherwise fall into the next
+    probe's stop: stops are measured one at a time, each on a settled engine, as the restarts are)."""
+    latency = stop_latency(stack, job_id)
+    wait(
+        lambda: not client.containers.list(all=True, sparse=True, filters={"label": f"console.job={job_id}"}),
+        60,
+        f"job {job_id}'s containers removed",
+    )
+    return latency
+
+
 def restart_latency(client, job_id: str) -> float:
     """SIGKILL the job's container from outside: time until the next attempt's container runs."""
     from jobs.models import TaskRun
@@ -179,7 +192,7 @@ def main() -> int:
             cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
             now = status(pid)
             kills = [restart_latency(client, job_id) for job_id in running[: args.probes]]
-            stops = [stop_latency(stack, job_id) for job_id in running[-args.probes :]]
+            stops = [settled_stop(stack, client, job_id) for job_id in running[-args.probes :]]
             del running[-args.probes :]
             rss_per = (now["VmRSS"] - idle["VmRSS"]) / 1024 / len(running)
             rows.append(

@@ -87,6 +87,40 @@ def terminated(job) -> None:
     wait_for(lambda: ended(job), message="Terminated")
 
 
+def two_mount_job(demo, docker_client, name: str, command: str):
+    """A fault-tolerant job on a file system it writes, mounted twice: its root at /mnt/s and its
+    folder /team/data at /mnt/data. Its attempt 1 waits for the file `go` (touched by the test
+    once the standby is armed) before it acts on /mnt/s. Returns the job, attempt 1, the armed
+    standby and the file system's folder on the host."""
+    from jobs.runtime import schedule
+
+    fs, folder = host_dir(name)
+    (folder / "team" / "data").mkdir(parents=True, exist_ok=True)
+    for path in (folder, folder / "team", folder / "team" / "data"):
+        os.chown(path, 1000, 1000)
+    job = unsaved(
+        demo,
+        name=name,
+        pool_type="dedicated",
+        pool=dedicated_pool(demo),
+        spec_type="custom",
+        custom_cpus=0.5,
+        custom_memory_gb=0.25,
+        fault_tolerance=True,
+        max_restarts=2,
+        command=f'if [ "$MA_ATTEMPT" = 1 ]; then while [ ! -e /mnt/s/go ]; do sleep 0.1; done; {command}',
+        file_system_mounts=[
+            {"file_system": fs.name, "path": "/", "mount_path": "/mnt/s", "read_only": False},
+            {"file_system": fs.name, "path": "/team/data", "mount_path": "/mnt/data", "read_only": False},
+        ],
+    )
+    job.full_clean()
+    job.save()
+    schedule.submit(job)
+    first = wait_for(lambda: job.attempts.filter(number=1, state=Attempt.State.RUNNING).first(), message="attempt 1")
+    return job, first, created_standby(docker_client, job, 2), folder
+
+
 def test_a_container_level_restart_starts_the_standby_and_the_end_removes_the_next_one(demo, worker, docker_client):
     job, first, waiting = running_with_standby(demo, docker_client, "standby")
     assert waiting.labels["console.attempt"] == "2" and waiting.labels[docker_hosts.STANDBY_LABEL] == "1"
@@ -111,39 +145,11 @@ def test_a_link_planted_in_a_mount_while_the_job_ran_is_never_followed_by_its_st
     """Docker resolves a bind source when it starts a container, not when it creates it: a job that
     writes a file system replaces the folder of its own second mount by a link to the host's /
     after its standby was made. The restart must not start that standby."""
-    pool = dedicated_pool(demo)
-    fs, folder = host_dir("standby-planted")
-    (folder / "team" / "data").mkdir(parents=True, exist_ok=True)
-    os.chown(folder, 1000, 1000)
-    os.chown(folder / "team", 1000, 1000)
     plant = (
-        'if [ "$MA_ATTEMPT" = 1 ]; then while [ ! -e /mnt/s/go ]; do sleep 0.1; done; '
         "rm -rf /mnt/s/team/data && ln -s / /mnt/s/team/data && echo planted; fi; "
         "ls /mnt/data/etc/hostname && echo ESCAPED; while true; do sleep 0.2; done"
     )
-    job = unsaved(
-        demo,
-        name="planter",
-        pool_type="dedicated",
-        pool=pool,
-        spec_type="custom",
-        custom_cpus=0.5,
-        custom_memory_gb=0.25,
-        fault_tolerance=True,
-        max_restarts=2,
-        command=plant,
-        file_system_mounts=[
-            {"file_system": fs.name, "path": "/", "mount_path": "/mnt/s", "read_only": False},
-            {"file_system": fs.name, "path": "/team/data", "mount_path": "/mnt/data", "read_only": False},
-        ],
-    )
-    job.full_clean()
-    job.save()
-    from jobs.runtime import schedule
-
-    schedule.submit(job)
-    first = wait_for(lambda: job.attempts.filter(number=1, state=Attempt.State.RUNNING).first(), message="attempt 1")
-    waiting = created_standby(docker_client, job, 2)
+    job, first, waiting, folder = two_mount_job(demo, docker_client, "standby-planted", plant)
     (folder / "go").touch()
     wait_for(lambda: (folder / "team" / "data").is_symlink(), message="the planted link")
     docker_client.containers.get(first.task_runs.get().container_id).kill()
@@ -331,45 +337,18 @@ def test_a_source_folder_replaced_while_the_job_ran_is_what_the_restart_mounts(d
     a new one in its place after its standby was armed, which holds the old folder. The restarted
     job must see the folder now at that path, so the take-over refuses the standby. (Kept as it
     was, the same mounts, and the armed standby is the restart's container.)"""
-    pool = dedicated_pool(demo)
-    fs, folder = host_dir(f"standby-replaced-{swapped}")
-    (folder / "team" / "data").mkdir(parents=True, exist_ok=True)
-    for path in (folder, folder / "team", folder / "team" / "data"):
-        os.chown(path, 1000, 1000)
+    from jobs.runtime.logs import read_lines
+
     change = (
         "mv /mnt/s/team/data /mnt/s/team/old-$$ && mkdir /mnt/s/team/data && echo new >/mnt/s/team/data/which"
         if swapped
         else "echo new >/mnt/s/team/data/which"
     )
     swap = (
-        'if [ "$MA_ATTEMPT" = 1 ]; then while [ ! -e /mnt/s/go ]; do sleep 0.1; done; '
         f"{change} && echo changed; fi; echo attempt $MA_ATTEMPT sees $(cat /mnt/data/which 2>/dev/null || echo old); "
         "while true; do sleep 0.2; done"
     )
-    job = unsaved(
-        demo,
-        name="swapper",
-        pool_type="dedicated",
-        pool=pool,
-        spec_type="custom",
-        custom_cpus=0.5,
-        custom_memory_gb=0.25,
-        fault_tolerance=True,
-        max_restarts=2,
-        command=swap,
-        file_system_mounts=[
-            {"file_system": fs.name, "path": "/", "mount_path": "/mnt/s", "read_only": False},
-            {"file_system": fs.name, "path": "/team/data", "mount_path": "/mnt/data", "read_only": False},
-        ],
-    )
-    job.full_clean()
-    job.save()
-    from jobs.runtime import schedule
-    from jobs.runtime.logs import read_lines
-
-    schedule.submit(job)
-    first = wait_for(lambda: job.attempts.filter(number=1, state=Attempt.State.RUNNING).first(), message="attempt 1")
-    waiting = created_standby(docker_client, job, 2)
+    job, first, waiting, folder = two_mount_job(demo, docker_client, f"standby-replaced-{swapped}", swap)
     (folder / "go").touch()
     wait_for(lambda: (folder / "team" / "data" / "which").exists(), message="the new folder")
     docker_client.containers.get(first.task_runs.get().container_id).kill()
