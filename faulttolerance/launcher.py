@@ -9,6 +9,7 @@ are the only facts the console takes from inside a container (docs/decisions.md,
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,6 +102,9 @@ def go_text(attempt_number: int) -> str:
     return f"go {attempt_number}\n"
 
 
+DEVICE_INODE = re.compile(r"(\d{1,20}) (\d{1,20})", re.ASCII)
+
+
 def parse_mounts_report(text: str | None, nonce: str) -> list[tuple[int, int]] | None:
     """The launcher's answer to the check with this nonce: `<device> <inode>` a line after the
     nonce; None when there is none yet (or one to an earlier check) or a line is anything else."""
@@ -109,8 +113,7 @@ def parse_mounts_report(text: str | None, nonce: str) -> list[tuple[int, int]] |
         return None
     found: list[tuple[int, int]] = []
     for line in lines[1:]:
-        parts = line.split()
-        if len(parts) != 2 or not parts[0].isdigit() or not parts[1].isdigit():
+        if not (match := DEVICE_INODE.fullmatch(line)):
             return None
-        found.append((int(parts[0]), int(parts[1])))
+        found.append((int(match[1]), int(match[2])))
     return found
