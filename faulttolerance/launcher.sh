@@ -123,6 +123,30 @@ check_gpu() {
   fi
 }
 
+# The FIFO "wake" of the control dir: the console writes a byte into it right after a decision,
+# a go or a check (jobs/runtime/control.py wake), so a read on it returns at once. Held open only
+# while waiting (no run inherits it), and opened before the first look for what is awaited, so a
+# byte written after that look is never missed. The console makes it (make_control_dir); made
+# here for a control dir from before.
+open_wake() {
+  [ -p wake ] || mkfifo -m 600 wake 2>/dev/null
+  wake_fd=0
+  if (: <>wake) 2>/dev/null; then exec 3<>wake; wake_fd=1; fi
+}
+# await_wake SECONDS: until a byte comes, a trapped signal ends the read, or SECONDS pass. Without
+# the FIFO a wait, not a plain sleep: the supervisor's SIGUSR1 (a decision is written) ends a wait
+# at once, where a foreground sleep would finish first.
+await_wake() {
+  if [ "$wake_fd" = 1 ]; then
+    read -t "$1" -n 1 -u 3 wake_byte 2>/dev/null
+  else
+    sleep "$1" &
+    wait $! 2>/dev/null
+    kill $! 2>/dev/null
+  fi
+}
+close_wake() { [ "$wake_fd" = 1 ] && exec 3<&-; }
+
 # mounts_report NONCE: the device and inode of each path of "bind-targets" as seen here, in
 # order, after the nonce the console asked with (one stat for all: a path not there has no line).
 mounts_report() {
@@ -143,17 +167,15 @@ mounts_report() {
 # docker stop ends the wait.
 if [ "${MA_STANDBY:-0}" = 1 ]; then
   trap 'exit 143' TERM INT
-  [ -p wake ] || mkfifo -m 600 wake 2>/dev/null
-  gate_fd=0
-  if (: <>wake) 2>/dev/null; then exec 3<>wake; gate_fd=1; fi
+  open_wake
   until [ -f go ]; do
     if mv -f check .check.taken 2>/dev/null; then
       mounts_report "$(cat .check.taken)"
       continue
     fi
-    if [ "$gate_fd" = 1 ]; then read -t 5 -n 1 -u 3 gate_byte 2>/dev/null; else sleep 0.05; fi
+    await_wake 5
   done
-  [ "$gate_fd" = 1 ] && exec 3<&-
+  close_wake
   trap - TERM INT
 fi
 unset MA_STANDBY
@@ -279,14 +301,9 @@ while :; do
   fi
   [ "$oom" = 1 ] && oomtext=" (oom-killed)" || oomtext=""
   say "process exited with code $code$oomtext; waiting for the supervisor's decision"
-  # The console writes a byte into the FIFO "wake" right after the decision (jobs/runtime/
-  # control.py): a read on it returns at once, where the SIGUSR1 that follows comes ~14 ms later
-  # (Docker's kill call). Held open only while waiting (no run inherits it), and opened before
-  # the first look for the decision, so a byte written after that look is never missed. The
-  # console makes it (make_control_dir); made here for a control dir from before.
-  [ -p wake ] || mkfifo -m 600 wake 2>/dev/null
-  wake_fd=0
-  if (: <>wake) 2>/dev/null; then exec 3<>wake; wake_fd=1; fi
+  # Woken through the FIFO (open_wake): the SIGUSR1 that follows a decision comes ~14 ms later
+  # (Docker's kill call).
+  open_wake
   # Bounded by the clock, not by a count of polls: ash starts `read -t` again from the top on
   # every signal it has no trap for, and the job's own orphans (reparented to this shell) send
   # SIGCHLD as often as it likes (one read of 50 ms took minutes). With a trap, a SIGCHLD ends
@@ -304,18 +321,10 @@ while :; do
     [ "$stopping" = 1 ] && break
     now_cs
     [ "$now" -lt "$deadline" ] || break
-    if [ "$wake_fd" = 1 ]; then
-      read -t "${MA_DECISION_POLL_S:-0.05}" -n 1 -u 3 wake_byte 2>/dev/null
-    else
-      # A wait, not a plain sleep: the supervisor's SIGUSR1 (the decision is written) ends a wait
-      # at once, where a foreground sleep would finish first (up to 50 ms more on every restart).
-      sleep "${MA_DECISION_POLL_S:-0.05}" &
-      wait $! 2>/dev/null
-      kill $! 2>/dev/null
-    fi
+    await_wake "${MA_DECISION_POLL_S:-0.05}"
   done
   trap - CHLD
-  [ "$wake_fd" = 1 ] && exec 3<&-
+  close_wake
   case "$decision" in
     "restart "*) MA_ATTEMPT=${decision#restart }; MA_RESTART_COUNT=$((MA_ATTEMPT - 1)) ;;
     *) exit "$code" ;;

@@ -128,10 +128,11 @@ def remove_control_file(job_id, container_name: str, name: str) -> None:
 
 
 def wake(job_id, container_name: str) -> bool:
-    """Wake a launcher waiting for a decision (faulttolerance/launcher.sh reads its control dir's
-    FIFO with a 50 ms timeout): one byte, never blocking. False when no launcher holds the FIFO
-    (not waiting yet: it looks for the decision file before it reads; an older launcher without
-    one): the SIGUSR1 that follows wakes it as before, ~14 ms later (Docker's kill call). Made
+    """Wake a launcher waiting for a decision, or a standby's for its check or its go
+    (faulttolerance/launcher.sh reads its control dir's FIFO): one byte, never blocking. False
+    when no launcher holds the FIFO (not waiting yet: it looks for the file before it reads; an
+    older launcher without one): after a decision the SIGUSR1 that follows wakes it as before,
+    ~14 ms later (Docker's kill call). Made
     by make_control_dir (the launcher makes it for an older control dir); never the job's, which
     cannot write the control dir: a link or a file in its place is refused all the same."""
     path = control_dir(job_id, container_name) / WAKE_FIFO

@@ -5,9 +5,9 @@ runs, not even a `start`.
 Made by `prepare` once an attempt of a fault-tolerant single-instance job runs (start.py queues
 it): on the same host, for attempt number + 1, exactly as create would make it then (that
 attempt's name, labels and MA_ATTEMPT; its code copy and backup staged then), plus the label
-STANDBY_LABEL and MA_STANDBY=1. Then `arm` starts it: its launcher reports what is mounted where
-and waits (launcher.sh step 1); nothing of the job, not even the environment checks, runs in it
-before a restart's take-over writes its go. A restart that lands on that host finds it by name
+STANDBY_LABEL and MA_STANDBY=1. Then `arm` starts it: its launcher waits (launcher.sh step 1);
+nothing of the job, not even the environment checks, runs in it before a restart's take-over
+writes its go. A restart that lands on that host finds it by name
 (start._create_and_start); `take_over` says whether it may be the restart's container.
 
 Not trusted as it was made. Docker resolves bind sources when it starts a container, not when it
@@ -19,8 +19,8 @@ it is without a standby. At the take-over the same check runs again, and the who
 would give now (mounts, environment, limits: an operator may have changed the pool meanwhile) is
 compared with the standby's, by the fingerprint it carries. A started standby holds the folders it
 was started with (a bind mount holds a folder, not its path): each must still be the folder at its
-source path (the launcher's report of device and inode against the source now), or a job restarted
-in it would write where nobody looks. Anything different and the standby is removed and the
+source path (the launcher's answer, device and inode, to a check right before the go), or a job
+restarted in it would write where nobody looks. Anything different and the standby is removed and the
 restart creates a fresh container (whose staging names what is wrong).
 
 Removed when it can no longer be used: when the job ends (stop.finish), by the next `prepare`
@@ -90,10 +90,9 @@ def is_standby(container) -> bool:
     """Made ahead and not given to its attempt yet: never started, or armed (its control dir
     marked, launcher.sh waiting) and given no go. Labels cannot change: the go the take-over
     writes into the control dir (which the job cannot write) is what ends a standby."""
-    labels = labels_of(container)
-    if labels.get(STANDBY_LABEL) != "1":
+    if labels_of(container).get(STANDBY_LABEL) != "1":
         return False
-    job_id, name = labels.get("console.job", ""), name_of(container)
+    job_id, name = job_id_of(container), name_of(container)
     if engine.read_control_file(job_id, name, GO) is not None:
         return False
     # Started without a mark: a standby's start from before the go existed, its attempt's since.
