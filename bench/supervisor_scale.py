@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._stack import BUSYBOX, Stack, percentile  # noqa: E402
+from bench._trace import enable_docker_trace  # noqa: E402
 
 TICKER = 'i=0; while true; do i=$((i+1)); echo "tick $i"; sleep 1; done'
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -95,6 +96,7 @@ def stop_latency(stack: Stack, job_id: str) -> float:
     from jobs.models import Phase, TrainingJob
 
     t0 = time.monotonic()
+    POSTED[job_id] = time.time()
     response = stack.api("POST", f"/training-jobs/{job_id}/actions", json={"action_type": "terminate"})
     response.raise_for_status()
     wait(
@@ -116,6 +118,39 @@ def settled_stop(stack: Stack, client, job_id: str) -> float:
         f"job {job_id}'s containers removed",
     )
     return latency
+
+
+POSTED: dict[str, float] = {}  # job id -> wall time of its Stop's POST
+
+
+def stop_breakdown(trace_path: Path, job_ids: list[str]) -> dict[str, list[float]]:
+    """Where each stop's time went (ms), from the database's timestamps, the engine's FinishedAt
+    and the worker's traced Docker calls: the request, the worker's stop call, the container's
+    exit, the job's end."""
+    from jobs.models import TaskRun, TrainingJob
+
+    calls = []
+    if trace_path.exists():
+        for line in trace_path.read_text().splitlines():
+            parts = line.split(" ", 5)
+            if len(parts) == 6 and parts[4] == "POST" and "/stop" in parts[5]:
+                calls.append((int(parts[0]) / 1e9, int(parts[1]) / 1e9, parts[5]))
+    out: dict[str, list[float]] = {}
+    for job_id in job_ids:
+        job = TrainingJob.objects.get(id=job_id)
+        run = TaskRun.objects.filter(attempt__job_id=job_id, ended_at__isnull=False).order_by("-ended_at").first()
+        stop = next((c for c in calls if run and run.container_id and run.container_id in c[2]), None)
+        if run is None or stop is None or job.ended_at is None:
+            continue
+        marks = [
+            ("request", POSTED[job_id], job.terminate_requested_at.timestamp()),
+            ("queued -> stop call", job.terminate_requested_at.timestamp(), stop[0]),
+            ("stop call -> exit", stop[0], run.ended_at.timestamp()),
+            ("exit -> Terminated", run.ended_at.timestamp(), job.ended_at.timestamp()),
+        ]
+        for what, a, b in marks:
+            out.setdefault(what, []).append((b - a) * 1000)
+    return out
 
 
 def restart_latency(client, job_id: str) -> float:
@@ -169,7 +204,10 @@ def main() -> int:
     client = docker.from_env()
     client.images.get(BUSYBOX)
     rows = []
-    with Stack(args.database, keep_db=args.keep_db) as stack:
+    stack = Stack(args.database, keep_db=args.keep_db)
+    trace_path = enable_docker_trace(stack)
+    os.environ["BENCH_STOP_TRACE"] = os.path.join(stack.tmp, "stop-trace.log")
+    with stack:
         pid = worker_pid(stack)
         time.sleep(2)
         idle = status(pid)
@@ -193,6 +231,7 @@ def main() -> int:
             now = status(pid)
             kills = [restart_latency(client, job_id) for job_id in running[: args.probes]]
             stops = [settled_stop(stack, client, job_id) for job_id in running[-args.probes :]]
+            parts = stop_breakdown(trace_path, running[-args.probes :])
             del running[-args.probes :]
             rss_per = (now["VmRSS"] - idle["VmRSS"]) / 1024 / len(running)
             rows.append(
@@ -206,6 +245,7 @@ def main() -> int:
                     "threads": now["Threads"],
                     "stop": sorted(stops),
                     "restart": sorted(kills),
+                    "stop_parts": parts,
                 }
             )
             r = rows[-1]
@@ -217,6 +257,8 @@ def main() -> int:
                 f"restart p95 {percentile(r['restart'], 95) * 1000:.0f} ms",
                 flush=True,
             )
+            for what, values in parts.items():
+                print(f"      stop: {what:<22} " + " ".join(f"{v:6.0f}" for v in values) + " ms", flush=True)
         for job_id in running:
             stack.api("POST", f"/training-jobs/{job_id}/actions", json={"action_type": "terminate"})
         from jobs.models import FINAL_PHASES, TrainingJob
