@@ -53,6 +53,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
 
 
+def machine_ticks() -> tuple[int, int]:
+    """(idle, total) jiffies of every CPU of the machine since boot (/proc/stat)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return fields[3] + fields[4], sum(fields)  # idle + iowait
+
+
 def status(pid: int) -> dict[str, int]:
     out = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -146,7 +152,8 @@ def stop_breakdown(trace_path: Path, job_ids: list[str]) -> dict[str, list[float
             ("request", POSTED[job_id], job.terminate_requested_at.timestamp()),
             ("queued -> stop call", job.terminate_requested_at.timestamp(), stop[0]),
             ("stop call -> exit", stop[0], run.ended_at.timestamp()),
-            ("exit -> Terminated", run.ended_at.timestamp(), job.ended_at.timestamp()),
+            ("exit -> stop call returned", run.ended_at.timestamp(), stop[1]),
+            ("stop returned -> Terminated", stop[1], job.ended_at.timestamp()),
         ]
         for what, a, b in marks:
             out.setdefault(what, []).append((b - a) * 1000)
@@ -225,9 +232,11 @@ def main() -> int:
             if os.environ.get("CONSOLE_STANDBY_CONTAINERS", "1") != "0":
                 standby_s = wait(lambda: standbys_made(client, running), 600, f"{len(running)} standbys", 0.5)
             time.sleep(2)
-            cpu0, t0 = cpu_seconds(pid), time.monotonic()
+            cpu0, t0, (idle0, total0) = cpu_seconds(pid), time.monotonic(), machine_ticks()
             time.sleep(args.settle_s)
             cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
+            idle1, total1 = machine_ticks()
+            machine_idle = 100 * (idle1 - idle0) / max(1, total1 - total0)
             now = status(pid)
             kills = [restart_latency(client, job_id) for job_id in running[: args.probes]]
             stops = [settled_stop(stack, client, job_id) for job_id in running[-args.probes :]]
@@ -240,6 +249,7 @@ def main() -> int:
                     "up_s": up,
                     "standby_s": standby_s,
                     "cpu": cpu * 100,
+                    "machine_idle": machine_idle,
                     "rss_mb": now["VmRSS"] / 1024,
                     "rss_per_mb": rss_per,
                     "threads": now["Threads"],
@@ -252,13 +262,14 @@ def main() -> int:
             print(
                 f"{r['size']:>4} instances: all followed {up:5.1f} s after the last submit, their standbys "
                 f"{r['standby_s']:5.1f} s later; worker CPU "
-                f"{r['cpu']:5.1f}% of a core, RSS {r['rss_mb']:6.1f} MB ({r['rss_per_mb']:.2f} MB per instance), "
+                f"{r['cpu']:5.1f}% of a core (the machine {r['machine_idle']:.0f}% idle), "
+                f"RSS {r['rss_mb']:6.1f} MB ({r['rss_per_mb']:.2f} MB per instance), "
                 f"{r['threads']} threads; stop p95 {percentile(r['stop'], 95) * 1000:.0f} ms, "
                 f"restart p95 {percentile(r['restart'], 95) * 1000:.0f} ms",
                 flush=True,
             )
             for what, values in parts.items():
-                print(f"      stop: {what:<22} " + " ".join(f"{v:6.0f}" for v in values) + " ms", flush=True)
+                print(f"      stop: {what:<28} " + " ".join(f"{v:6.0f}" for v in values) + " ms", flush=True)
         for job_id in running:
             stack.api("POST", f"/training-jobs/{job_id}/actions", json={"action_type": "terminate"})
         from jobs.models import FINAL_PHASES, TrainingJob
@@ -269,12 +280,13 @@ def main() -> int:
 
     print(f"\nDocker {client.version()['Version']}, {os.cpu_count()} CPUs, one worker process; ms")
     print(
-        f"  {'instances':>9} {'CPU %':>6} {'RSS MB':>7} {'MB/inst':>7} {'threads':>7}  "
+        f"  {'instances':>9} {'idle %':>6} {'CPU %':>6} {'RSS MB':>7} {'MB/inst':>7} {'threads':>7}  "
         f"{'stop p50':>8} {'p95':>6}  {'restart p50':>11} {'p95':>6}"
     )
     for r in rows:
         print(
-            f"  {r['size']:>9} {r['cpu']:>6.1f} {r['rss_mb']:>7.1f} {r['rss_per_mb']:>7.2f} {r['threads']:>7}  "
+            f"  {r['size']:>9} {r['machine_idle']:>6.0f} {r['cpu']:>6.1f} {r['rss_mb']:>7.1f} "
+            f"{r['rss_per_mb']:>7.2f} {r['threads']:>7}  "
             f"{percentile(r['stop'], 50) * 1000:>8.0f} {percentile(r['stop'], 95) * 1000:>6.0f}  "
             f"{percentile(r['restart'], 50) * 1000:>11.0f} {percentile(r['restart'], 95) * 1000:>6.0f}"
         )

@@ -339,6 +339,33 @@ def remove_container(container) -> None:
             raise
 
 
+# A terminate storm (hundreds of jobs stopped at once, each with its armed standby) had ~400 running
+# containers force-removed at once, and once Docker 20.10 stopped answering for some of them
+# (docs/decisions.md, "A terminate storm"). A removal that nothing waits for, which is every
+# removal after an end, takes one of a few slots of its engine per process; the rest of the
+# engine's calls (a stop, a start, a log stream, the removal a restart waits for) take none.
+_removal_slots: dict[str, threading.BoundedSemaphore] = {}
+_removal_slots_lock = threading.Lock()
+
+
+def _removal_slot(container) -> threading.BoundedSemaphore:
+    from django.conf import settings
+
+    key = container.client.api.base_url
+    with _removal_slots_lock:
+        slot = _removal_slots.get(key)
+        if slot is None:
+            slot = _removal_slots[key] = threading.BoundedSemaphore(settings.ENGINE_CLEAR_UPS_AT_ONCE)
+        return slot
+
+
+def clear_away(container) -> None:
+    """remove_container for clearing up after an end (an ended instance, a standby nobody will
+    start, an orphan): at most ENGINE_CLEAR_UPS_AT_ONCE of them per engine and process at a time."""
+    with _removal_slot(container):
+        remove_container(container)
+
+
 class LogStream:
     """The container's log as Docker frames (`<timestamp> <payload>`), following it. Read by one
     thread; `close()` may come from another (it closes the socket, which ends the read). Errors

@@ -110,7 +110,7 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
     attempt_may_have_ended(task_run.attempt_id)
     if container is not None and not containers_kept(task_run.attempt.job_id):  # retention keeps it
         try:
-            engine.remove_container(container)
+            engine.clear_away(container)
         except HOST_ERRORS:
             log.warning("could not remove %s", task_run.container_name)
     return True
