@@ -221,9 +221,8 @@ STANDBY_AFTER_S = float(os.environ.get("CONSOLE_STANDBY_AFTER_S", "10"))
 # a start: ~60 ms down instead of ~200 ms, for ~14 MB of host memory per job while it runs (the
 # engine's shim and the waiting shell). "0": made only, a restart starts it.
 STANDBY_ARMED = os.environ.get("CONSOLE_STANDBY_ARMED", "1") != "0"
-# Removals that clear up after an end (jobs/runtime/engine.py clear_away) one worker process asks
-# of one Docker engine at a time; the rest wait their turn. Nothing waits for them: a job's end,
-# a restart and a stop never do.
+# Followers' removals of their ended containers (jobs/runtime/engine.py clear_away) one worker
+# process asks of one Docker engine at a time; the rest wait their turn (nothing waits for them).
 ENGINE_CLEAR_UPS_AT_ONCE = int(os.environ.get("CONSOLE_ENGINE_CLEAR_UPS_AT_ONCE", "8"))
 # Browser terminals and SSH relays one user may hold open at once in one web process
 # (jobs/session_limits.py).

@@ -126,7 +126,7 @@ def remove_orphaned_containers() -> bool:
             if not _orphaned(runs.get(name, []), cutoff, old_enough_if_unknown):
                 continue
             try:
-                engine.clear_away(container)
+                engine.remove_container(container)
                 removed = True
                 log.warning("removed orphaned container %s on %s", name, host.name)
             except engine.EngineError as exc:

@@ -341,9 +341,10 @@ def remove_container(container) -> None:
 
 # A terminate storm (hundreds of jobs stopped at once, each with its armed standby) had ~400 running
 # containers force-removed at once, and once Docker 20.10 stopped answering for some of them
-# (docs/decisions.md, "A terminate storm"). A removal that nothing waits for, which is every
-# removal after an end, takes one of a few slots of its engine per process; the rest of the
-# engine's calls (a stop, a start, a log stream, the removal a restart waits for) take none.
+# (docs/decisions.md, "A terminate storm"). Celery's threads bound the calls of control tasks; a
+# follower is a thread per running instance, so its removal at the end (nothing waits for it: the
+# end was decided before) takes one of a few slots of its engine per process. Not a control
+# task's: one waiting for a slot would hold a Celery thread that a stop or a start needs.
 _removal_slots: dict[str, threading.BoundedSemaphore] = {}
 _removal_slots_lock = threading.Lock()
 
@@ -360,8 +361,8 @@ def _removal_slot(container) -> threading.BoundedSemaphore:
 
 
 def clear_away(container) -> None:
-    """remove_container for clearing up after an end (an ended instance, a standby nobody will
-    start, an orphan): at most ENGINE_CLEAR_UPS_AT_ONCE of them per engine and process at a time."""
+    """remove_container for a follower's clear-up after its instance ended: at most
+    ENGINE_CLEAR_UPS_AT_ONCE of them per engine and process at a time."""
     with _removal_slot(container):
         remove_container(container)
 

@@ -281,7 +281,7 @@ def remove_quietly(container, why: str) -> None:
     """Remove a standby, saying why (every removal is logged: a standby gone unexpectedly is a
     restart that creates its container again)."""
     try:
-        engine.clear_away(container)
+        engine.remove_container(container)
         log.info("removed standby container %s: %s", name_of(container), why)
     except HOST_ERRORS as exc:
         log.info("could not remove standby %s (%s): %s", name_of(container), why, exc)

@@ -183,7 +183,7 @@ def record_exit(task_run: TaskRun, container) -> bool:
 def remove_attempt_containers(attempt_id: int) -> None:
     for task_run, container in _containers_of(attempt_id):
         try:
-            engine.clear_away(container)
+            engine.remove_container(container)
         except HOST_ERRORS as exc:
             log.warning("could not remove %s: %s", task_run.container_name, exc)
 
