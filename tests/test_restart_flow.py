@@ -1,14 +1,10 @@
 """The walking skeleton's core path against real Docker, PostgreSQL, Redis and a Celery worker."""
 
-import uuid
-from datetime import timedelta
-
 import pytest
-from django.utils import timezone
 
-from jobs.models import Phase, TaskRun, TrainingJob
+from jobs.models import Phase, TrainingJob
 from jobs.runtime import stop
-from tests.conftest import job_container, running_instance, submit_job, wait_for
+from tests.conftest import job_container, submit_job, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -98,28 +94,3 @@ def test_stop_removes_the_container_and_does_not_restart(demo, worker, docker_cl
     )
     assert job.restarts_used == 0 and not job.recoveries.exists()
     assert job.attempts.count() == 1
-
-
-def test_a_stop_records_the_engines_end_itself_and_needs_no_follower_to_notice_it(demo, worker, docker_client):
-    """Docker's stop returns once the container ended: the stop writes the engine's facts of that
-    end and decides, so the job is Terminated when the stop returns. Here no follower can notice
-    the end: the run's claim is held by a token no follower has (its follower gives up at its next
-    line), so without the stop's own record the job stayed Terminating."""
-    job = make_job(demo, command="trap 'exit 7' TERM; while true; do echo still here; sleep 0.2 & wait; done")
-    run = running_instance(job)
-    TaskRun.objects.filter(id=run.id).update(
-        follower_token=uuid.uuid4(), follower_heartbeat=timezone.now() + timedelta(hours=1)
-    )
-    # The wish as request_terminate writes it, without queueing the worker's stop: this one is ours.
-    TrainingJob.objects.filter(id=job.id).update(terminate_requested=True, phase=Phase.TERMINATING)
-    try:
-        assert stop.stop_job(job.id)
-        assert phase(job) == Phase.TERMINATED
-        run.refresh_from_db()
-        engine_state = docker_client.containers.get(run.container_id).attrs["State"]
-        assert run.state == TaskRun.State.EXITED
-        assert (run.exit_code, run.ended_at is not None) == (engine_state["ExitCode"], True)
-        assert engine_state["Status"] == "exited"
-    finally:
-        TaskRun.objects.filter(id=run.id).update(follower_token=None, follower_heartbeat=None)
-        docker_client.containers.get(run.container_id).remove(force=True)

@@ -22,8 +22,8 @@ from . import engine, followers, reports, resources
 from .decide import attempt_may_have_ended
 from .engine import HOST_ERRORS
 from .hang import HangWatch, Sampler, capture_stacks, no_gpu, nvidia_smi_gpu
-from .logs import Follower, ProcessExited
-from .stop import containers_kept, record_exit
+from .logs import Follower, ProcessExited, docker_time
+from .stop import containers_kept
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
                 drained = True
                 task_run.refresh_from_db()
                 continue
-            record_exit(task_run, container)
+            _mark_exited(task_run, container)
             break
     finally:
         if sampler is not None:
@@ -141,6 +141,19 @@ def _hang_watch(task_run: TaskRun) -> HangWatch:
     gpus = job.flavor_id is not None and job.flavor.gpus > 0
     return HangWatch(
         window_s=job.hang_window_s or settings.HANG_WINDOW_S, gpu_sampler=nvidia_smi_gpu if gpus else no_gpu
+    )
+
+
+def _mark_exited(task_run: TaskRun, container) -> None:
+    """The container ended: its exit code and OOM flag from the engine; a child the kernel
+    killed for memory (PID 1 lived on) from the launcher's report."""
+    state = container.attrs["State"]
+    report = reports.exit_report_of(task_run)
+    TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.RUNNING).update(
+        state=TaskRun.State.EXITED,
+        exit_code=state.get("ExitCode"),
+        oom_killed=bool(state.get("OOMKilled")) or bool(report and report.oom_killed),
+        ended_at=docker_time(state.get("FinishedAt")) or timezone.now(),
     )
 
 

@@ -11,10 +11,9 @@ from django.utils import timezone
 from jobs import events
 from jobs.models import FINAL_PHASES, RETAINED_PHASES, Attempt, EventKind, Phase, TaskRun, TrainingJob
 
-from . import engine, later, reports, schedule, standby
+from . import engine, later, schedule, standby
 from .engine import HOST_ERRORS
 from .lifecycle import active_attempt, announce
-from .logs import docker_time
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +137,7 @@ def request_terminate(job_id, reason: str = "") -> bool:
 
 
 def _containers_of(attempt_id: int):
-    for task_run in TaskRun.objects.filter(attempt_id=attempt_id).select_related("host", "attempt"):
+    for task_run in TaskRun.objects.filter(attempt_id=attempt_id).select_related("host"):
         try:
             yield task_run, engine.container(task_run.host, task_run.container_name)
         except engine.NotFound:
@@ -148,36 +147,12 @@ def _containers_of(attempt_id: int):
 
 
 def stop_attempt_containers(attempt_id: int) -> None:
-    """docker stop every container of an attempt (the launcher forwards SIGTERM). Docker's stop
-    returns once the container ended: its end is recorded here and then, from the engine's own
-    state, so that a stopped job's end is decided without waiting for each follower to notice
-    that its log stream ended (which, on a loaded host, took most of a stop's time)."""
+    """docker stop every container of an attempt (the launcher forwards SIGTERM)."""
     for task_run, container in _containers_of(attempt_id):
         try:
             engine.stop_container(container, timeout=STOP_TIMEOUT_S)
-            engine.refresh(container)
         except HOST_ERRORS as exc:
             log.warning("could not stop %s: %s", task_run.container_name, exc)
-            continue
-        if container.status in ("exited", "dead"):
-            record_exit(task_run, container)
-
-
-def record_exit(task_run: TaskRun, container) -> bool:
-    """The container ended: its exit code and OOM flag from the engine (never its log); a child
-    the kernel killed for memory (PID 1 lived on) from the launcher's report. Written once, by
-    whoever saw the end first (the stop that ended it, or the run's follower); the follower
-    persists the rest of the log either way. True when this call wrote it."""
-    state = container.attrs["State"]
-    report = reports.exit_report_of(task_run)
-    return bool(
-        TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.RUNNING).update(
-            state=TaskRun.State.EXITED,
-            exit_code=state.get("ExitCode"),
-            oom_killed=bool(state.get("OOMKilled")) or bool(report and report.oom_killed),
-            ended_at=docker_time(state.get("FinishedAt")) or timezone.now(),
-        )
-    )
 
 
 def remove_attempt_containers(attempt_id: int) -> None:
