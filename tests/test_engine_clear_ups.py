@@ -1,7 +1,8 @@
 """A follower's removal of its ended container is bounded per engine (jobs/runtime/engine.py
-clear_away); any other removal (a control task's, the one a restart waits for) is not. Unit tests: the containers are stand-ins that record
-how many removals run at once (what is tested is the console's bound, not Docker: the terminate
-storm against the real engine is bench/terminate_storm.py)."""
+clear_away); any other removal (a control task's, the one a restart waits for) is not. Unit
+tests: the containers are stand-ins that record how many removals run at once (what is tested
+is the console's bound, not Docker: the terminate storm against the real engine is
+bench/terminate_storm.py)."""
 
 from __future__ import annotations
 
