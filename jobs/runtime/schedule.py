@@ -132,6 +132,14 @@ def _schedule_one(job_id, blocked_by: TrainingJob | None) -> tuple[str, Training
             return WAITING_FOR_CAPACITY, job
         level = waiting_recovery.level if waiting_recovery else "initial"
         attempt = new_attempt(job, placed.hosts, level)
+        # Beside preemption's "preempting x for y": the order in which jobs took the room.
+        log.info(
+            "placed %s (priority %s) on %s: attempt %s",
+            job.name,
+            job.priority,
+            ", ".join(h.name for h in placed.hosts),
+            attempt.number,
+        )
         if waiting_recovery:
             RecoveryRecord.objects.filter(id=waiting_recovery.id).update(next_attempt=attempt)
         return PLACED, job
