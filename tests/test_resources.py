@@ -72,8 +72,9 @@ def test_a_busy_job_is_charted_from_the_engines_numbers(demo, docker_client):
     points = row.series().points
     assert 120 * MB <= points[-1].memory_kib < row.memory_limit_kib
     assert abs(points[-1].memory_kib - now.memory_bytes // 1024) < 32 * MB
-    # CPU: a busy loop is most of a core (the machine is shared: not all of one).
-    assert max(p.cpu_milli for p in points) >= 400
+    # CPU: a busy loop, clearly busy (an idle job reads ~0). Not "most of a core": on this 2-CPU
+    # machine in a full run (four test sessions, their workers and containers) one got 386.
+    assert max(p.cpu_milli for p in points) >= 200
     assert all(p.cpu_milli <= row.cpu_limit_millicores + 100 for p in points)
     assert all(p.gpu_permille is None for p in points)  # no GPU flavor, no GPU line
 
