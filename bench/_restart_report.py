@@ -20,6 +20,13 @@ def row(name: str, values: list[float], bare: float, docker: float | None, targe
     print(f"  {name:<44} {len(values):>3} {m:9.0f} {spread:>16} {m / bare:7.2f}x  {vs_docker}  {target}")
 
 
+# The steps of every container-level restart before its next container is taken, started or made.
+DECIDED = [
+    ("die -> attempt ended (follower noticed; claimed for the decision)", "die", "attempt_ended"),
+    ("attempt ended -> next attempt created (classify, decide)", "attempt_ended", "next_created"),
+]
+
+
 def breakdown(title: str, samples: list[dict], steps: list[tuple[str, str, str]]) -> None:
     print(f"\n{title} (median ms of each step):")
     for label, start, end in steps:
@@ -118,8 +125,7 @@ def report(
         "(c) where the time goes, restarts that took an armed standby",
         [s for s in container if s["armed"]],
         [
-            ("die -> attempt ended (follower noticed; claimed for the decision)", "die", "attempt_ended"),
-            ("attempt ended -> next attempt created (classify, decide)", "attempt_ended", "next_created"),
+            *DECIDED,
             ("next attempt created -> job's first line (commit, take-over, go, checks)", "next_created", "user"),
         ],
     )
@@ -127,8 +133,7 @@ def report(
         "(c) where the time goes, restarts that started a standby",
         [s for s in container if s["standby"] and not s["armed"]],
         [
-            ("die -> attempt ended (follower noticed; claimed for the decision)", "die", "attempt_ended"),
-            ("attempt ended -> next attempt created (classify, decide)", "attempt_ended", "next_created"),
+            *DECIDED,
             ("next attempt created -> `start` event (commit, re-check, start)", "next_created", "start"),
             ("`start` -> user process's first line (launcher env checks)", "start", "user"),
         ],
@@ -137,8 +142,7 @@ def report(
         "(c) where the time goes, container restarts that created their container",
         [s for s in container if not s["standby"]],
         [
-            ("die -> attempt ended (follower noticed; claimed for the decision)", "die", "attempt_ended"),
-            ("attempt ended -> next attempt created (classify, decide)", "attempt_ended", "next_created"),
+            *DECIDED,
             ("next attempt created -> `create` event (commit, stage, create)", "next_created", "create"),
             ("`create` -> `start` event (docker start)", "create", "start"),
             ("`start` -> user process's first line (launcher env checks)", "start", "user"),
