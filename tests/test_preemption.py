@@ -182,6 +182,24 @@ def preempted(job: TrainingJob) -> bool:
     return job.events.filter(kind=EventKind.PREEMPTED).exists()
 
 
+def _whereabouts(*jobs: TrainingJob) -> str:
+    """Hosts and, per job, each attempt's hosts, states and events: what a failure needs to be read."""
+    lines = [
+        f"host {h.name}: enabled={h.enabled} isolated={h.isolated} {h.isolation_reason}"
+        for h in DockerHost.objects.all()
+    ]
+    for job in jobs:
+        job.refresh_from_db()
+        lines.append(f"{job.name}: {job.phase} {job.phase_reason!r}")
+        for attempt in job.attempts.order_by("number"):
+            runs = [(r.host.name, r.state, r.exit_code) for r in attempt.task_runs.select_related("host")]
+            lines.append(
+                f"  attempt {attempt.number} {attempt.state} {attempt.outcome} preempted={attempt.preempted_at} {runs}"
+            )
+        lines += [f"  {e.at:%H:%M:%S.%f} {e.kind}: {e.message}" for e in job.events.order_by("id")]
+    return "\n".join(lines)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_higher_priority_job_preempts_the_youngest_preemptible_one_which_runs_again_later(pre, worker):
     pre.add_node("node-a")
@@ -195,7 +213,9 @@ def test_a_higher_priority_job_preempts_the_youngest_preemptible_one_which_runs_
     high = pre.job("high", 3)
     wait_for(lambda: running(high), timeout=40, message="the high-priority job running")
     wait_for(lambda: reload(young).phase == Phase.PENDING and preempted(young), message="the young job re-queued")
-    assert running(old) and not preempted(old)  # one node was enough: the youngest went
+    # One node was enough: the youngest went. (A full run once preempted old too, 0.7 s after
+    # young, and did not again in 24 repetitions and 3 full runs; say everything if it recurs.)
+    assert running(old) and not preempted(old), _whereabouts(old, young, high)
     event = young.events.get(kind=EventKind.PREEMPTED)
     assert "Preempted by high (priority 3), which needed the room on pool pre" in event.message
     assert event.data["preempted_by_id"] == str(high.id)
