@@ -14,4 +14,5 @@ unset PYTHONDONTWRITEBYTECODE
 # Four test sessions side by side, a file at a time each (every session has its own database,
 # worker, daphne, queue and container label: tests/pytest_env.py); the slowest tests are listed.
 # Four, not the two CPUs: a session spends much of its time waiting for containers and sockets.
+# Not more: with four the CPUs are ~97 % busy already (six: 8:54, four: 8:44-9:11; docs/decisions.md).
 .venv/bin/pytest -n "${TEST_SESSIONS:-4}" --dist loadfile --durations=25 "$@"
