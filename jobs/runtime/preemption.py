@@ -89,8 +89,12 @@ def choose_victims(
     request: placement.Request, capacities: list[HostCapacity], candidates: list[Candidate]
 ) -> list[Candidate]:
     """The jobs to stop so that `request` can be placed (see the module's docstring for the
-    order); [] when stopping every candidate would still not make room."""
+    order); [] when stopping every candidate would still not make room, or when it fits
+    already: the placement that found no room read the hosts a moment earlier (each statement
+    sees what was committed when it ran), and an instance that ended in between freed it."""
     ordered = sorted(candidates, key=preference)
+    if fits(request, capacities, []):
+        return []
     if not ordered or not fits(request, capacities, ordered):
         return []
     budget = MAX_SETS
