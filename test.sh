@@ -8,8 +8,8 @@ scripts/setup.sh --test
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/console}"
 export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/9}"
 .venv/bin/ruff check .
-# Bytecode caches on: every worker, daphne and manage.py the tests start compiles the project again
-# without them, and pytest rewrites ~450 modules' asserts in each session (10 s of CPU apiece).
+# Bytecode caches on: without them every worker, daphne and manage.py the tests start compiles the
+# project again, and each session rewrites ~450 modules' asserts (collecting: 14.5 s of CPU, 8.9 s with).
 unset PYTHONDONTWRITEBYTECODE
 # Four test sessions side by side, a file at a time each (every session has its own database,
 # worker, daphne, queue and container label: tests/pytest_env.py); the slowest tests are listed.
