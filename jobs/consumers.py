@@ -9,14 +9,17 @@ extension swaps in by id (hx-swap-oob).
 from __future__ import annotations
 
 import asyncio
-import logging
+import functools
 import time
 from urllib.parse import parse_qs
 
 from asgiref.sync import async_to_sync
 from channels.consumer import SyncConsumer
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import WebsocketConsumer
+from channels.layers import get_channel_layer
+from channels.utils import await_many_dispatch
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.http import QueryDict
@@ -32,8 +35,6 @@ from .models import TaskRun, TrainingJob
 from .views.detail import job_live_fragments
 from .views.list import list_rows
 
-log = logging.getLogger(__name__)
-
 LOG_TAIL_LINES = logstream.TAIL_LINES
 PACE_S = 1.0  # in a burst, a log page gets lines at most this often
 CLOSE_FORBIDDEN = 4403
@@ -44,8 +45,27 @@ class _Rechecked(WebsocketConsumer):
     open, traffic or not: a user removed from the workspace or deactivated loses
     the live view within that period (closed with 4403, which htmx does not retry)."""
 
+    async def __call__(self, scope, receive, send) -> None:
+        """channels' own (AsyncConsumer.__call__), with a third source of messages: this
+        consumer's timers (send_self_later), an in-process queue. Sent through the channel layer,
+        a timer was a message like any push: refused by a full channel or expired in it when the
+        page fell far behind a burst, and the access rechecks then stopped for good."""
+        self.scope = scope
+        self.timers: asyncio.Queue = asyncio.Queue()
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        self.channel_name = await self.channel_layer.new_channel()
+        self.channel_receive = functools.partial(self.channel_layer.receive, self.channel_name)
+        self.base_send = async_to_sync(send)
+        try:
+            await await_many_dispatch([receive, self.channel_receive, self.timers.get], self.dispatch)
+        except StopConsumer:
+            pass
+
     def allowed(self) -> bool:  # pragma: no cover - each socket says what it needs
         raise NotImplementedError
+
+    def rechecked(self) -> None:
+        """After each recheck that kept the socket open: what else the socket renews."""
 
     @database_sync_to_async
     def dispatch(self, message) -> None:
@@ -67,6 +87,7 @@ class _Rechecked(WebsocketConsumer):
             self.rechecking = False
             self.close(code=CLOSE_FORBIDDEN)
             return
+        self.rechecked()
         self.send_self_later(settings.WS_ACCESS_RECHECK_S, {"type": "access.check"})
 
     def current_user(self):
@@ -80,17 +101,10 @@ class _Rechecked(WebsocketConsumer):
         async_to_sync(self._send_later)(delay, message)
 
     async def _send_later(self, delay: float, message: dict) -> None:
-        """On the server's loop: `message` to this consumer after `delay` seconds (no thread
-        waits; a closed channel drops it)."""
-        loop = asyncio.get_running_loop()
-
-        async def send() -> None:
-            try:
-                await self.channel_layer.send(self.channel_name, message)
-            except Exception:  # a full or closed channel: nothing to do for a page that left
-                log.info("could not send %s to %s", message.get("type"), self.channel_name)
-
-        loop.call_later(delay, lambda: loop.create_task(send()))
+        """On the server's loop: `message` to this consumer after `delay` seconds, through its
+        own timer queue (no thread waits; nothing can refuse it; a consumer that ended never
+        reads it)."""
+        asyncio.get_running_loop().call_later(delay, self.timers.put_nowait, message)
 
     def disconnect(self, code) -> None:
         self.rechecking = False
@@ -161,7 +175,9 @@ class LogConsumer(_JobSocket):
     is sent as it comes; in a burst (BURST_LINES sent within PACE_S) pushes only note how far
     the log goes, and a flush scheduled on the server's loop sends the lines at most every
     PACE_S, catching up from the file: at most the tail, with a "not shown" marker for the
-    rest. The work per push is then constant, whatever the job prints.
+    rest. The work per push is then constant, whatever the job prints. Pushes are hints: every
+    recheck brings the page to the persisted end (rechecked), so a push the channel refused or
+    let expire, the last ones included, delays lines by a recheck period at most.
     """
 
     def connect(self) -> None:
@@ -216,16 +232,41 @@ class LogConsumer(_JobSocket):
         """The scheduled flush of a burst (schedule_flush)."""
         self.flush()
 
+    def rechecked(self) -> None:
+        """Every recheck, the page is brought to what the log holds. Pushes are hints: those a
+        full channel refused (a page far behind a burst, the job's last pushes among them) or let
+        expire are read from the file here, and a run none of whose pushes came gets its view."""
+        behind = False
+        ends = (
+            TaskRun.objects.filter(attempt__job_id=self.job_id, index=self.index)
+            .order_by("attempt__number")
+            .values_list("id", "log_lines", "log_bytes")
+        )
+        for run_id, lines, size in ends:
+            view = self.views.get(run_id)
+            if view is None and lines:
+                run = TaskRun.objects.select_related("attempt", "host").filter(id=run_id).first()
+                if run is None:
+                    continue
+                view = self.views[run_id] = logstream.RunView(run, self.download_url)
+            if view is not None and lines > max(view.have, view.pending[0]):
+                view.pending, behind = (lines, size), True
+        if not behind:
+            return
+        if self.in_burst():
+            self.schedule_flush()
+        else:
+            self.flush()
+
     def in_burst(self) -> bool:
         since = time.monotonic() - self.last_flush
         if self.flush_scheduled:
-            return since < 2 * PACE_S  # a flush message that never came holds nothing back for long
+            return since < 2 * PACE_S  # a flush late behind a busy loop holds nothing back for long
         return self.sent_lately >= logstream.BURST_LINES and since < PACE_S
 
     def schedule_flush(self) -> None:
         if not self.flush_scheduled:
             self.flush_scheduled = True
-            # A flush message that never comes (a full channel) holds nothing back: in_burst gives up.
             self.send_self_later(max(0.0, self.last_flush + PACE_S - time.monotonic()), {"type": "log.flush"})
 
     def flush(self) -> None:

@@ -8,20 +8,27 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import re
+import signal
 import time
 from html import unescape
 
 import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
 from django.test import Client
 from playwright.sync_api import expect
 
+from console import realtime
 from jobs import logstream
 from jobs.consumers import PACE_S
 from jobs.models import Phase, TaskRun, TrainingJob
 from tests.conftest import BUSYBOX, PYTHON_IMAGE, submit_job, wait_for
 from tests.test_browser import browser, log_in, new_page, shot  # noqa: F401 - browser, new_page: fixtures
 from tests.test_job_outputs import api_log
+from tests.test_websockets import CLOSE_FORBIDDEN, closed_within
 from tests.wsclient import connect
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
@@ -136,7 +143,10 @@ def socket(live_url: str, job: TrainingJob, user):
     return connect(url, additional_headers=headers, open_timeout=10, max_size=None)
 
 
-def follow_until_final(ws, job: TrainingJob, page: PageLog, timeout: float = 180) -> None:
+def follow_until_final(ws, job: TrainingJob, page: PageLog, timeout: float = 180, last: str | None = None) -> None:
+    """Apply the socket's messages until the job ended and nothing more came for 2 s; with `last`,
+    until the page's last line is that too: a page that fell behind a burst may have been refused
+    the last pushes, and reads the rest from the log at its next recheck."""
     deadline = time.monotonic() + timeout
     while not TrainingJob.objects.get(id=job.id).is_final:
         assert time.monotonic() < deadline, "the job did not end"
@@ -144,11 +154,14 @@ def follow_until_final(ws, job: TrainingJob, page: PageLog, timeout: float = 180
             page.apply(ws.recv(timeout=1))
         except TimeoutError:
             pass
+    deadline = time.monotonic() + 3 * settings.WS_ACCESS_RECHECK_S + 10
     while True:  # what is still in flight
         try:
             page.apply(ws.recv(timeout=2))
         except TimeoutError:
-            return
+            if last is None or (page.lines and page.texts()[-1] == last):
+                return
+            assert time.monotonic() < deadline, f"the page stayed at {page.texts()[-1:]}, not {last}"
 
 
 def initial_page(live_url: str, job: TrainingJob, user) -> tuple[PageLog, str]:
@@ -264,7 +277,7 @@ def test_a_million_lines_are_all_persisted_and_the_page_is_not_sent_them_all(dem
     with socket(live_url, job, demo.owner) as ws:
         live.apply(ws.recv(timeout=20))
         followed = time.monotonic()
-        follow_until_final(ws, job, live, timeout=300)
+        follow_until_final(ws, job, live, timeout=300, last=str(total))
         followed = time.monotonic() - followed
     job.refresh_from_db()
     assert job.phase == Phase.COMPLETED, job.phase_reason
@@ -286,6 +299,48 @@ def test_a_million_lines_are_all_persisted_and_the_page_is_not_sent_them_all(dem
     after, message = initial_page(live_url, job, demo.owner)
     assert after.texts() == [str(i) for i in range(total - 1999, total + 1)]
     assert after.skips == [f"{total - 2000:,} lines not shown here · download the full log"]
+
+
+async def fill(group: str, count: int) -> None:
+    layer = get_channel_layer()
+    for _ in range(count):
+        await layer.group_send(group, {"type": "log.flush"})
+
+
+def test_a_page_whose_channel_was_full_still_gets_every_line_and_is_still_rechecked(demo, live_url, daphne_server):
+    """A page that falls far behind a burst (here: its server stopped while its channel filled) is
+    refused the pushes a full channel cannot take, the job's last ones included. No later push will
+    come to tell it, so it reads the persisted log itself on its own timer; and its access is still
+    checked (its timers are not channel messages a full channel drops)."""
+    total = 3000
+    job = submit_job(demo, name="behind", image=BUSYBOX, command=f"sleep 6; seq 1 {total}")
+    group = realtime.log_group(job.id, 0)
+    capacity = settings.CHANNEL_LAYERS["default"]["CONFIG"]["capacity"]
+    live = PageLog()
+    with socket(live_url, job, demo.owner) as ws:
+        live.apply(ws.recv(timeout=20))
+        os.kill(daphne_server.proc.pid, signal.SIGSTOP)
+        try:
+            # The fault: the page's channel full. Messages the page takes as no-ops (a flush with
+            # nothing new) fill it before the job prints; then every push of the job is refused.
+            async_to_sync(fill)(group, capacity)
+            assert not TaskRun.objects.filter(attempt__job=job, log_lines__gt=0).exists(), "printed too early"
+            wait_for(lambda: TrainingJob.objects.get(id=job.id).is_final, timeout=60, message="the job to end")
+        finally:
+            os.kill(daphne_server.proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 3 * settings.WS_ACCESS_RECHECK_S + 10
+        while not live.lines or live.texts()[-1] != str(total):
+            assert time.monotonic() < deadline, f"the page stayed at {live.texts()[-1:]}"
+            try:
+                live.apply(ws.recv(timeout=1))
+            except TimeoutError:
+                pass
+        not_shown = sum(
+            int(re.match(r"([\d,]+) lines? not shown", skip).group(1).replace(",", "")) for skip in live.skips
+        )
+        assert not_shown + live.received_lines == total, (not_shown, live.received_lines)
+        type(demo.owner).objects.filter(pk=demo.owner.pk).update(is_active=False)
+        assert closed_within(ws, 3 * settings.WS_ACCESS_RECHECK_S + 5) == CLOSE_FORBIDDEN
 
 
 @pytest.mark.browser
