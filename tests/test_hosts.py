@@ -4,9 +4,12 @@ second engine and its `second_host` fixture are in conftest.py."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
+from django.conf import settings
 
 from jobs.models import DockerHost, EventKind, Phase, TrainingJob
 from tests.conftest import submit_job, wait_for
@@ -101,3 +104,35 @@ def test_an_idle_host_that_stops_answering_is_isolated(demo, worker, second_host
     wait_for(lambda: ended(job), message="the job to end")
     assert job.phase == Phase.COMPLETED
     assert job.attempts.get().task_runs.get().host.name == "local"
+
+
+def test_a_slow_engine_is_isolated_only_once_it_stays_silent(demo, worker, second_host):
+    """A ping that times out (the engine busy or hung: here SIGSTOPped) does not isolate a host
+    that answered lately; an engine that answers nothing for HOST_LOST_AFTER_S is lost."""
+    engine, second = second_host
+    seen = DockerHost.objects.get(id=second.id).last_seen_at
+    wait_for(lambda: DockerHost.objects.get(id=second.id).last_seen_at != seen, message="a fresh answer")
+    warned = f"host {second.name} did not answer a ping".encode()
+    log_start = worker.log_path.stat().st_size
+
+    def missed_a_ping() -> bool:  # the worker's warning, written since the engine was stopped
+        with open(worker.log_path, "rb") as log:
+            log.seek(log_start)
+            return warned in log.read()
+
+    os.kill(engine.proc.pid, signal.SIGSTOP)
+    try:
+        wait_for(missed_a_ping, timeout=30, message="a missed ping")
+        assert not DockerHost.objects.get(id=second.id).isolated
+        os.kill(engine.proc.pid, signal.SIGCONT)
+        seen = DockerHost.objects.get(id=second.id).last_seen_at
+        wait_for(lambda: DockerHost.objects.get(id=second.id).last_seen_at != seen, message="an answer again")
+        assert not DockerHost.objects.get(id=second.id).isolated
+        os.kill(engine.proc.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        wait_for(lambda: DockerHost.objects.get(id=second.id).isolated, timeout=settings.HOST_LOST_AFTER_S + 30,
+                 message="isolation of a silent engine")  # fmt: skip
+        assert time.monotonic() - stopped >= settings.HOST_LOST_AFTER_S - 1  # not at the first missed ping
+        assert "lost connection" in DockerHost.objects.get(id=second.id).isolation_reason
+    finally:
+        os.kill(engine.proc.pid, signal.SIGCONT)

@@ -2,7 +2,7 @@
 (tests/test_architecture.py holds the rest of the code to that).
 
 - Errors: every call here raises the console's own `EngineError` (`NotFound`, `ImageNotFound`,
-  `Unreachable`), never the SDK's; `HOST_ERRORS` is what a caller catches when the engine (or
+  `Unreachable`, `NoAnswerInTime`), never the SDK's; `HOST_ERRORS` is what a caller catches when the engine (or
   its host) refused or could not answer.
 - Clients per thread and host, containers, networks, volumes and mounts: the runtime holds the
   SDK's objects only as handles it passes back here (reading `.id`, `.name`, `.status`, `.attrs`).
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import docker
 import requests
+import urllib3
 
 from .logframes import frames_in_blocks
 
@@ -58,7 +59,21 @@ class Unreachable(EngineError):
     """No answer: the host's engine is down, or the connection broke or timed out."""
 
 
+class NoAnswerInTime(Unreachable):
+    """No answer within the call's timeout: the engine is busy or hung (one call cannot tell)."""
+
+
 HOST_ERRORS = (EngineError,)
+_TIMEOUTS = (requests.exceptions.Timeout, TimeoutError, urllib3.exceptions.TimeoutError)
+
+
+def _timed_out(exc: BaseException | None, depth: int = 8) -> bool:
+    """Whether this error is or wraps a timeout (SDK > requests > urllib3; or in args)."""
+    if exc is None or depth == 0:
+        return False
+    if isinstance(exc, _TIMEOUTS) or any(isinstance(arg, _TIMEOUTS) for arg in exc.args):
+        return True
+    return _timed_out(exc.__cause__ or exc.__context__, depth - 1)
 
 
 @contextmanager
@@ -75,7 +90,7 @@ def _edge() -> Iterator[None]:
     except docker.errors.APIError as exc:
         raise EngineError(str(exc), exc.status_code, str(exc.explanation or exc)) from exc
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
-        raise Unreachable(str(exc)) from exc
+        raise (NoAnswerInTime if _timed_out(exc) else Unreachable)(str(exc)) from exc
 
 
 def _at_edge(func):

@@ -1,0 +1,59 @@
+"""When a failed ping means a host is lost (jobs/runtime/reconcile.host_lost), by table, and what
+the engine's edge calls a ping that timed out, against real sockets (no Docker)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from jobs.runtime import engine
+from jobs.runtime.reconcile import host_lost
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("timed_out", "seen_ago_s", "lost"),
+    [
+        (False, 1, True),  # refused or broken: a fact, at once
+        (False, None, True),
+        (True, None, True),  # never answered: nothing to wait for
+        (True, 1, False),  # slow, answered a second ago
+        (True, 14.9, False),
+        (True, 15, True),  # silent for HOST_LOST_AFTER_S
+        (True, 600, True),
+    ],
+)
+def test_a_failed_ping_means_a_lost_host(timed_out, seen_ago_s, lost):
+    seen = None if seen_ago_s is None else NOW - timedelta(seconds=seen_ago_s)
+    assert host_lost(timed_out, seen, NOW, lost_after_s=15) is lost
+
+
+class Host:
+    def __init__(self, base_url: str):
+        self.base_url, self.name = base_url, "h"
+
+
+def test_an_engine_that_takes_the_connection_and_never_answers_timed_out(tmp_path):
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(tmp_path / "silent.sock"))
+    listener.listen(8)
+    taken = []
+    threading.Thread(target=lambda: taken.append(listener.accept()), daemon=True).start()
+    try:
+        with pytest.raises(engine.NoAnswerInTime):
+            engine.ping(Host(f"unix://{tmp_path}/silent.sock"), timeout=1)
+    finally:
+        listener.close()
+
+
+def test_an_engine_that_is_not_there_is_unreachable_not_slow(tmp_path):
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(tmp_path / "gone.sock"))
+    listener.close()  # the socket file stays, nothing listens: refused, as after a dockerd's SIGKILL
+    with pytest.raises(engine.Unreachable) as refused:
+        engine.ping(Host(f"unix://{tmp_path}/gone.sock"), timeout=1)
+    assert not isinstance(refused.value, engine.NoAnswerInTime)
