@@ -25,7 +25,7 @@ from console import realtime
 from jobs import logstream
 from jobs.consumers import PACE_S
 from jobs.models import Phase, TaskRun, TrainingJob
-from tests.conftest import BUSYBOX, PYTHON_IMAGE, submit_job, wait_for
+from tests.conftest import BUSYBOX, PYTHON_IMAGE, job_container, running_instance, submit_job, wait_for
 from tests.test_browser import browser, log_in, new_page, shot  # noqa: F401 - browser, new_page: fixtures
 from tests.test_job_outputs import api_log
 from tests.test_websockets import CLOSE_FORBIDDEN, closed_within
@@ -307,13 +307,19 @@ async def fill(group: str, count: int) -> None:
         await layer.group_send(group, {"type": "log.flush"})
 
 
-def test_a_page_whose_channel_was_full_still_gets_every_line_and_is_still_rechecked(demo, live_url, daphne_server):
+def test_a_page_whose_channel_was_full_still_gets_every_line_and_is_still_rechecked(
+    demo, live_url, daphne_server, docker_client
+):
     """A page that falls far behind a burst (here: its server stopped while its channel filled) is
     refused the pushes a full channel cannot take, the job's last ones included. No later push will
     come to tell it, so it reads the persisted log itself on its own timer; and its access is still
     checked (its timers are not channel messages a full channel drops)."""
     total = 3000
-    job = submit_job(demo, name="behind", image=BUSYBOX, command=f"sleep 6; seq 1 {total}")
+    go = "/tmp/go"  # the job prints once the test made this file: after the channel is full
+    job = submit_job(
+        demo, name="behind", image=BUSYBOX, command=f"while [ ! -e {go} ]; do sleep 0.1; done; seq 1 {total}"
+    )
+    running_instance(job)
     group = realtime.log_group(job.id, 0)
     capacity = settings.CHANNEL_LAYERS["default"]["CONFIG"]["capacity"]
     live = PageLog()
@@ -324,7 +330,7 @@ def test_a_page_whose_channel_was_full_still_gets_every_line_and_is_still_rechec
             # The fault: the page's channel full. Messages the page takes as no-ops (a flush with
             # nothing new) fill it before the job prints; then every push of the job is refused.
             async_to_sync(fill)(group, capacity)
-            assert not TaskRun.objects.filter(attempt__job=job, log_lines__gt=0).exists(), "printed too early"
+            assert job_container(docker_client, job.id).exec_run(["touch", go], user="1000:1000").exit_code == 0
             wait_for(lambda: TrainingJob.objects.get(id=job.id).is_final, timeout=60, message="the job to end")
         finally:
             os.kill(daphne_server.proc.pid, signal.SIGCONT)
