@@ -55,7 +55,10 @@ def test_embedded_mode_runs_restarts_and_streams_a_job(embedded, docker_client):
     body = {
         "metadata": {"name": "embedded-1", "annotations": {"fault-tolerance/job-retry-num": "1"}},
         "algorithm": {
-            "command": "echo attempt $MA_ATTEMPT; for i in $(seq 1 40); do echo line $i; sleep 0.05; done",
+            # The first attempt waits after line 10 until the test kills it: a loaded machine showed
+            # line 10 on the page after the container had ended (2 s of output), and the kill found none.
+            "command": "echo attempt $MA_ATTEMPT; for i in $(seq 1 40); do echo line $i; sleep 0.05; "
+            'if [ $i = 10 ] && [ "$MA_ATTEMPT" = 1 ]; then sleep 300; fi; done',
             "engine": {"image_url": "console/busybox:latest"},
         },
     }
