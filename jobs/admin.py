@@ -1,4 +1,5 @@
 from django.contrib import admin, messages
+from django.utils import timezone
 
 from faulttolerance.models import RecoveryRecord
 
@@ -113,7 +114,8 @@ class DockerHostAdmin(admin.ModelAdmin):
     # Changes the host: only staff who may change hosts (a view-only operator sees no such action).
     @admin.action(description="Clear isolation (host gets new instances again)", permissions=["change"])
     def clear_isolation(self, request, queryset):
-        count = queryset.update(isolated=False, isolation_reason="", isolated_at=None)
+        # Seen now, on the operator's word: a first slow ping does not isolate it again (liveness.py).
+        count = queryset.update(isolated=False, isolation_reason="", isolated_at=None, last_seen_at=timezone.now())
         self.message_user(request, f"Cleared isolation of {count} host(s).")
 
 

@@ -48,6 +48,8 @@ def test_a_view_only_operator_cannot_clear_an_isolation(demo):
     )
     assert "Cleared isolation of 1 host(s)." in response.content.decode()
     assert not DockerHost.objects.get(id=host.id).isolated
+    # Seen on the operator's word: a first slow ping does not isolate it again (runtime/liveness.py).
+    assert DockerHost.objects.get(id=host.id).last_seen_at is not None
 
 
 @pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""When a failed ping means a host is lost (jobs/runtime/reconcile.host_lost), by table, and what
+"""When a failed ping means a host is lost (jobs/runtime/liveness.host_lost), by table, and what
 the engine's edge calls a ping that timed out, against real sockets (no Docker)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from jobs.runtime import engine
-from jobs.runtime.reconcile import host_lost
+from jobs.runtime.liveness import host_lost
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -57,3 +57,24 @@ def test_an_engine_that_is_not_there_is_unreachable_not_slow(tmp_path):
     with pytest.raises(engine.Unreachable) as refused:
         engine.ping(Host(f"unix://{tmp_path}/gone.sock"), timeout=1)
     assert not isinstance(refused.value, engine.NoAnswerInTime)
+
+
+def test_a_tcp_engine_that_refuses_is_unreachable_not_slow():
+    """urllib3 files a refused connection (NewConnectionError) under its connect timeout."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    with pytest.raises(engine.Unreachable) as refused:
+        engine.ping(Host(f"tcp://127.0.0.1:{port}"), timeout=1)
+    assert not isinstance(refused.value, engine.NoAnswerInTime)
+
+
+def test_a_tcp_engine_that_never_answers_timed_out():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    try:
+        with pytest.raises(engine.NoAnswerInTime):
+            engine.ping(Host(f"tcp://127.0.0.1:{listener.getsockname()[1]}"), timeout=1)
+    finally:
+        listener.close()

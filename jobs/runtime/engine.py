@@ -67,13 +67,13 @@ HOST_ERRORS = (EngineError,)
 _TIMEOUTS = (requests.exceptions.Timeout, TimeoutError, urllib3.exceptions.TimeoutError)
 
 
-def _timed_out(exc: BaseException | None, depth: int = 8) -> bool:
-    """Whether this error is or wraps a timeout (SDK > requests > urllib3; or in args)."""
-    if exc is None or depth == 0:
+def _timed_out(exc: BaseException | None, depth: int = 6) -> bool:
+    """Whether this error is or wraps (its cause, args or reason) a timeout. Not a refused
+    connection: urllib3 files NewConnectionError under its ConnectTimeoutError."""
+    if exc is None or depth == 0 or isinstance(exc, urllib3.exceptions.NewConnectionError):
         return False
-    if isinstance(exc, _TIMEOUTS) or any(isinstance(arg, _TIMEOUTS) for arg in exc.args):
-        return True
-    return _timed_out(exc.__cause__ or exc.__context__, depth - 1)
+    inner = [*(arg for arg in exc.args if isinstance(arg, BaseException)), getattr(exc, "reason", None)]
+    return isinstance(exc, _TIMEOUTS) or any(_timed_out(e, depth - 1) for e in [*inner, exc.__cause__])
 
 
 @contextmanager

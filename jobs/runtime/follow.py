@@ -18,7 +18,7 @@ from django.utils import timezone
 from jobs import events
 from jobs.models import Attempt, EventKind, TaskRun
 
-from . import engine, followers, reports, resources
+from . import engine, followers, liveness, reports, resources
 from .decide import attempt_may_have_ended
 from .engine import HOST_ERRORS
 from .hang import HangWatch, Sampler, capture_stacks, no_gpu, nvidia_smi_gpu
@@ -82,7 +82,7 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
             except HOST_ERRORS as exc:
                 follower.close_stream()
                 engine.forget_client(task_run.host)
-                if engine.answers(task_run.host):
+                if liveness.still_there(task_run.host):  # answered, or slow but not lost yet
                     task_run.refresh_from_db()
                     container = None  # its client was forgotten: look the container up again
                     continue  # a broken stream on a live host: follow again from the last line

@@ -126,20 +126,9 @@ def stop_stale_preemptions() -> bool:
     return bool(ids)
 
 
-def host_lost(timed_out: bool, last_seen_at, now, lost_after_s: float) -> bool:
-    """Whether a ping that failed means the host is lost. A refused or broken connection is a
-    fact: lost. A ping that timed out is an engine busy or hung: lost only when the host answered
-    nothing for lost_after_s (or never did). One slow answer must not move every job off a host:
-    a job can keep its engine busy for a moment (a flood of output), and isolating a host
-    reschedules everyone's jobs on it."""
-    if not timed_out or last_seen_at is None:
-        return True
-    return (now - last_seen_at).total_seconds() >= lost_after_s
-
-
 def check_hosts() -> bool:
-    """Ping every enabled host; one that is lost (host_lost) is isolated (a lost connection)."""
-    from . import engine
+    """Ping every enabled host; one that is lost (liveness.lost) is isolated (a lost connection)."""
+    from . import engine, liveness
     from .lifecycle import isolate_host
 
     isolated_any = False
@@ -148,14 +137,13 @@ def check_hosts() -> bool:
             engine.ping(host, timeout=HOST_PING_TIMEOUT_S)
         except engine.HOST_ERRORS as exc:
             engine.forget_client(host)
-            timed_out = isinstance(exc, engine.NoAnswerInTime)
-            if not host_lost(timed_out, host.last_seen_at, timezone.now(), settings.HOST_LOST_AFTER_S):
+            if not liveness.lost(host, exc):
                 log.warning("host %s did not answer a ping within %s s", host.name, HOST_PING_TIMEOUT_S)
                 continue
             cause = exc.__cause__ or exc  # what the connection said (ConnectionError, ReadTimeout)
             isolated_any |= isolate_host(host.id, f"lost connection: {type(cause).__name__}")
             continue
-        DockerHost.objects.filter(id=host.id).update(last_seen_at=timezone.now())
+        liveness.seen(host)
     return isolated_any
 
 

@@ -16,7 +16,7 @@ from faulttolerance.models import RecoveryRecord
 from jobs import events
 from jobs.models import Attempt, DockerHost, EventKind, Phase, TaskRun, TrainingJob
 
-from . import docker_hosts, engine, followers, later, standby, stop
+from . import docker_hosts, engine, followers, later, liveness, standby, stop
 from .engine import HOST_ERRORS
 from .lifecycle import announce, lock_job
 from .logs import docker_time
@@ -126,7 +126,7 @@ def start_attempt(attempt_id: int) -> bool:
         except HOST_ERRORS as exc:
             # Lost only when the host does not answer any more: a create or start that timed
             # out on a live host (a slow image) is the start's failure, not a faulty host.
-            lost = isinstance(exc, engine.Unreachable) and not engine.answers(task_run.host)
+            lost = isinstance(exc, engine.Unreachable) and not liveness.still_there(task_run.host)
             TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.CREATED).update(
                 state=TaskRun.State.LOST if lost else TaskRun.State.START_FAILED,
                 error=_describe_start_error(job, task_run, exc),
