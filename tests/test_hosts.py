@@ -12,6 +12,7 @@ import pytest
 from django.conf import settings
 
 from jobs.models import DockerHost, EventKind, Phase, TrainingJob
+from jobs.runtime.logview import tail_texts
 from tests.conftest import submit_job, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -136,3 +137,31 @@ def test_a_slow_engine_is_isolated_only_once_it_stays_silent(demo, worker, secon
         assert "lost connection" in DockerHost.objects.get(id=second.id).isolation_reason
     finally:
         os.kill(engine.proc.pid, signal.SIGCONT)
+
+
+def test_a_job_on_an_engine_that_is_slow_for_a_moment_runs_on(demo, worker, second_host):
+    """An engine that answers nothing for a few seconds (SIGSTOPped: its containers run on) is
+    busy, not lost: its running job is neither lost nor moved and its host stays in service."""
+    engine, second = second_host
+    DockerHost.objects.filter(id=demo.host.id).update(enabled=False)  # place the job on "second"
+    job = make_job(
+        demo,
+        fault_tolerance=True,
+        max_restarts=2,
+        command="echo attempt $MA_ATTEMPT; for i in $(seq 1 120); do echo tick $i; sleep 0.1; done",
+    )
+    wait_for(lambda: running_on(job, "second"), message="the job running on the second host")
+    wait_for(lambda: job.attempts.get().task_runs.get().log_lines >= 3, message="some log lines")
+    seen = DockerHost.objects.get(id=second.id).last_seen_at
+    wait_for(lambda: DockerHost.objects.get(id=second.id).last_seen_at != seen, message="a fresh answer")
+    os.kill(engine.proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(8)  # more than a ping's timeout (3 s), less than HOST_LOST_AFTER_S
+    finally:
+        os.kill(engine.proc.pid, signal.SIGCONT)
+    wait_for(lambda: ended(job), timeout=60, message="the job to end")
+    assert job.phase == Phase.COMPLETED, job.phase_reason
+    assert (job.restarts_used, job.reschedules_used, job.attempts.count()) == (0, 0, 1)
+    assert not DockerHost.objects.get(id=second.id).isolated
+    texts = list(tail_texts(job.attempts.get().task_runs.get(), 500))
+    assert [text for text in texts if text.startswith("tick ")] == [f"tick {i}" for i in range(1, 121)]
