@@ -29,6 +29,7 @@ def embedded(docker_client):
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env["CONSOLE_VAR_DIR"] = str(Path(TMP) / "embedded")
     env["CONSOLE_LOG_ROOT"] = str(Path(TMP) / "embedded" / "logs")
+    env["CONSOLE_LOG_LEVEL"] = "INFO"  # embedded.log says what the supervisor did, for a failure's reader
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
     seeded = subprocess.run([*manage, "seed_demo"], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
