@@ -269,6 +269,35 @@ def test_a_standby_removed_between_its_check_and_its_start_is_made_again(demo, w
     terminated(job)
 
 
+def test_a_restart_that_finds_its_standby_still_being_made_keeps_its_go(demo, worker, docker_client, monkeypatch):
+    """Injected (a full run lost a restart to it): the restart finds the standby right after
+    Docker's create and before its prepare marked it. The mark clears what an earlier container
+    of the name left, a go included: written first, the restart's go was erased, its running
+    container looked like a standby again, and the console removed it. The take-over waits for
+    the mark; the go stays."""
+    import threading
+
+    job, first, armed = running_with_standby(demo, docker_client, "making")
+    standby.remove_quietly(armed, "the test makes the next one itself")
+    next_attempt, next_run = restart_of(job, first, armed)
+    mark = docker_hosts._mark_standby
+    held = []
+    monkeypatch.setattr(docker_hosts, "_mark_standby", lambda *args: held.append(args))
+    made = docker_hosts.create_container(job, next_attempt, next_run, [next_run.host], standby=True)
+    monkeypatch.undo()
+    late = threading.Timer(0.5, lambda: mark(*held[0]))  # the prepare, slow to mark it
+    late.start()
+    try:
+        assert standby.take_over(job, next_attempt, next_run, docker_client.containers.get(made.id))
+        late.join()
+        assert engine.read_control_file(job.id, next_run.container_name, standby.GO) is not None, "the go erased"
+        assert not standby.is_standby(docker_client.containers.get(made.id))
+    finally:
+        late.join()
+        made.remove(force=True)
+    terminated(job)
+
+
 def test_a_standby_not_armed_is_started_by_its_restart_with_its_go_already_there(demo, worker, docker_client, settings):
     """CONSOLE_STANDBY_ARMED=0 (or an arm that failed): the standby is only made, and the restart's
     take-over writes its go before Docker's start, so its launcher goes straight on."""

@@ -180,16 +180,21 @@ def has_network_volumes(spec: dict) -> bool:
     )
 
 
-def _mark_standby(job: TrainingJob, task_run: TaskRun, spec: dict) -> None:
+def _mark_standby(job: TrainingJob, task_run: TaskRun, spec: dict, container_id: str) -> None:
     """The control dir of a standby just made: its mark, the bind targets its launcher is asked
     about, and nothing an earlier container of this name left (a go would start its job). Only
     once the create succeeded: a create that lost the name (409) must not touch the dir of the
-    container that holds it."""
+    container that holds it. The mark, written last, names the container: a take-over gives its
+    go only after this container's mark (standby._marked), never before the clearing."""
     name = task_run.container_name
     for stale in (GO, *STANDBY_FILES):
         engine.remove_control_file(job.id, name, stale)
     engine.write_control_file(job.id, name, BIND_TARGETS, "".join(f"{target}\n" for target, _ in bind_sources(spec)))
-    engine.write_control_file(job.id, name, STANDBY_MARK, "waiting for its go\n")
+    engine.write_control_file(job.id, name, STANDBY_MARK, standby_mark_text(container_id))
+
+
+def standby_mark_text(container_id: str) -> str:
+    return f"waiting for its go: {container_id}\n"
 
 
 def spec_now(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hosts: list[DockerHost]) -> dict:
@@ -272,5 +277,5 @@ def create_container(
         engine.ensure_internal_network(task_run.host, spec["network"], staging.volume_labels(job, "network"))
     container = engine.create_container(task_run.host, spec, network_alias=instance_hostname(job, task_run.index))
     if standby:
-        _mark_standby(job, task_run, spec)
+        _mark_standby(job, task_run, spec, container.id)
     return container

@@ -163,6 +163,8 @@ def take_over(job: TrainingJob, attempt: Attempt, task_run: TaskRun, container) 
     is removed here (False) and the caller creates a fresh container."""
     if not is_standby(container):
         return True  # a start of this attempt made it (or started it already)
+    if not _marked(container):
+        return _refuse(container, task_run, f"its making did not finish within {MARK_WAIT_S:g} s")
     if container.status not in ("created", "running"):
         # Armed and ended before its go: killed, or its launcher refused the image.
         return _refuse(container, task_run, f"it is {container.status}")
@@ -174,6 +176,26 @@ def take_over(job: TrainingJob, attempt: Attempt, task_run: TaskRun, container) 
     staging.remove_older_code_copies(job, attempt, task_run)
     engine.write_control_file(job.id, task_run.container_name, GO, go_text(attempt.number))
     engine.wake_launcher(job.id, task_run.container_name)  # an armed one waits for it now
+    return True
+
+
+MARK_WAIT_S = 5.0  # a prepare marks its standby right after Docker's create
+
+
+def _marked(container) -> bool:
+    """Wait until the prepare that made this standby has marked it (its control dir written after
+    Docker's create: docker_hosts._mark_standby; the mark names the container, so an earlier
+    container's mark left in the dir does not count). A go written before the mark was lost: the
+    marking clears whatever an earlier container of the name left, a go included, so a full run
+    saw a restart's go erased by a late prepare, the started container taken for a standby
+    again, and the console remove its own running attempt ("the container vanished")."""
+    job_id, name = job_id_of(container), name_of(container)
+    mark = docker_hosts.standby_mark_text(container.id)
+    deadline = time.monotonic() + MARK_WAIT_S
+    while engine.read_control_file(job_id, name, STANDBY_MARK) != mark:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
     return True
 
 
