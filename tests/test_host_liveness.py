@@ -78,3 +78,19 @@ def test_a_tcp_engine_that_never_answers_timed_out():
             engine.ping(Host(f"tcp://127.0.0.1:{listener.getsockname()[1]}"), timeout=1)
     finally:
         listener.close()
+
+
+def test_errors_that_carry_text_where_an_error_may_be_are_read_without_raising():
+    """ssl.SSLError's `reason` is a str ('SSLV3_ALERT_BAD_CERTIFICATE'): a TLS engine refusing a
+    certificate made the classification raise (a full run); a refusal is not a timeout."""
+    import ssl
+
+    import requests
+    import urllib3
+
+    refused = ssl.SSLError(1, "[SSL: SSLV3_ALERT_BAD_CERTIFICATE] sslv3 alert bad certificate")
+    refused.reason = "SSLV3_ALERT_BAD_CERTIFICATE"
+    wrapped = urllib3.exceptions.MaxRetryError(None, "/_ping", urllib3.exceptions.SSLError(refused))
+    assert not engine._timed_out(requests.exceptions.SSLError(wrapped))
+    slow = urllib3.exceptions.MaxRetryError(None, "/_ping", urllib3.exceptions.ReadTimeoutError(None, "/_ping", "x"))
+    assert engine._timed_out(requests.exceptions.ConnectionError(slow))

@@ -72,8 +72,8 @@ def _timed_out(exc: BaseException | None, depth: int = 6) -> bool:
     connection: urllib3 files NewConnectionError under its ConnectTimeoutError."""
     if exc is None or depth == 0 or isinstance(exc, urllib3.exceptions.NewConnectionError):
         return False
-    inner = [*(arg for arg in exc.args if isinstance(arg, BaseException)), getattr(exc, "reason", None)]
-    return isinstance(exc, _TIMEOUTS) or any(_timed_out(e, depth - 1) for e in [*inner, exc.__cause__])
+    inner = [*exc.args, getattr(exc, "reason", None), exc.__cause__]  # ssl.SSLError's reason is a str
+    return isinstance(exc, _TIMEOUTS) or any(_timed_out(e, depth - 1) for e in inner if isinstance(e, BaseException))
 
 
 @contextmanager
