@@ -32,16 +32,22 @@ def running_on(job, host_name: str) -> bool:
     return bool(attempt) and attempt.task_runs.filter(host__name=host_name, state="running").exists()
 
 
-def test_a_lost_host_is_isolated_and_the_job_moves_to_a_healthy_one(demo, worker, second_host):
-    engine, second = second_host
+def ticking_on_second(demo, ticks: int, first_line: str) -> TrainingJob:
+    """A fault-tolerant job that prints `ticks` ticks, 0.1 s apart, running on the second host."""
     DockerHost.objects.filter(id=demo.host.id).update(enabled=False)  # place the job on "second"
     job = make_job(
         demo,
         fault_tolerance=True,
         max_restarts=2,
-        command="echo attempt $MA_ATTEMPT on $(hostname); for i in $(seq 1 60); do echo tick $i; sleep 0.1; done",
+        command=f"{first_line}; for i in $(seq 1 {ticks}); do echo tick $i; sleep 0.1; done",
     )
     wait_for(lambda: running_on(job, "second"), message="the job running on the second host")
+    return job
+
+
+def test_a_lost_host_is_isolated_and_the_job_moves_to_a_healthy_one(demo, worker, second_host):
+    engine, second = second_host
+    job = ticking_on_second(demo, 60, "echo attempt $MA_ATTEMPT on $(hostname)")
     DockerHost.objects.filter(id=demo.host.id).update(enabled=True)
     wait_for(lambda: job.attempts.get().task_runs.get().log_lines >= 3, message="some log lines")
     killed_at = time.monotonic()
@@ -143,14 +149,7 @@ def test_a_job_on_an_engine_that_is_slow_for_a_moment_runs_on(demo, worker, seco
     """An engine that answers nothing for a few seconds (SIGSTOPped: its containers run on) is
     busy, not lost: its running job is neither lost nor moved and its host stays in service."""
     engine, second = second_host
-    DockerHost.objects.filter(id=demo.host.id).update(enabled=False)  # place the job on "second"
-    job = make_job(
-        demo,
-        fault_tolerance=True,
-        max_restarts=2,
-        command="echo attempt $MA_ATTEMPT; for i in $(seq 1 120); do echo tick $i; sleep 0.1; done",
-    )
-    wait_for(lambda: running_on(job, "second"), message="the job running on the second host")
+    job = ticking_on_second(demo, 120, "echo attempt $MA_ATTEMPT")
     wait_for(lambda: job.attempts.get().task_runs.get().log_lines >= 3, message="some log lines")
     seen = DockerHost.objects.get(id=second.id).last_seen_at
     wait_for(lambda: DockerHost.objects.get(id=second.id).last_seen_at != seen, message="a fresh answer")
