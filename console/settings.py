@@ -197,7 +197,7 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "jobs.tasks.reconcile", "schedule": RECONCILE_INTERVAL_S},
 }
 # A host whose engine refuses the connection is isolated at the next reconcile; one whose pings
-# time out (busy or hung) only once it has answered none for this long (jobs/runtime/reconcile.py).
+# time out (busy or hung) only once it has answered none for this long (jobs/runtime/liveness.py).
 HOST_LOST_AFTER_S = float(os.environ.get("CONSOLE_HOST_LOST_AFTER_S", "15"))
 
 # Networks the console may send webhooks to although they are not public (jobs/outbound.py):

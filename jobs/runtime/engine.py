@@ -266,15 +266,6 @@ def ping(host, *, timeout: int = 5) -> None:
     client_for(host, timeout=timeout).ping()
 
 
-def answers(host, *, timeout: int = 5) -> bool:
-    """Whether the host's engine answers a ping within `timeout` seconds."""
-    try:
-        ping(host, timeout=timeout)
-        return True
-    except EngineError:
-        return False
-
-
 # -- containers ----------------------------------------------------------------------------------------
 @_at_edge
 def container(host, ref: str, *, timeout: int | None = 30):
