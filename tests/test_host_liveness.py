@@ -6,8 +6,10 @@ from __future__ import annotations
 import socket
 import threading
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.utils import timezone
 
 from jobs.runtime import engine
 from jobs.runtime.liveness import host_lost
@@ -94,3 +96,66 @@ def test_errors_that_carry_text_where_an_error_may_be_are_read_without_raising()
     assert not engine._timed_out(requests.exceptions.SSLError(wrapped))
     slow = urllib3.exceptions.MaxRetryError(None, "/_ping", urllib3.exceptions.ReadTimeoutError(None, "/_ping", "x"))
     assert engine._timed_out(requests.exceptions.ConnectionError(slow))
+
+
+class _Engine(BaseHTTPRequestHandler):
+    """Just enough of an engine's API to answer a ping."""
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        body = b'{"ApiVersion": "1.41"}' if self.path.endswith("/version") else b"OK"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.django_db
+def test_reconcile_pings_every_host_at_once_and_isolates_only_the_lost_one():
+    """Five engines take the connection and never answer. One after the other, each held the
+    sweep for a timeout (a healthy host's last answer aged past HOST_LOST_AFTER_S, every other
+    reconcile step waited): every one of them must have been asked before any ping gave up.
+    The slow ones answered recently, so they stay; the refused one is isolated; the healthy one
+    is marked seen."""
+    from jobs.models import DockerHost
+    from jobs.runtime.reconcile import check_hosts
+
+    events: list[tuple[str, int]] = []
+    listeners = []
+
+    def silent(index: int, listener: socket.socket) -> None:
+        conn, _ = listener.accept()
+        events.append(("asked", index))
+        while conn.recv(4096):  # the request, then nothing until the client gives up and closes
+            pass
+        events.append(("gave up", index))
+
+    a_second_ago = timezone.now() - timedelta(seconds=1)
+    for index in range(5):
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        listeners.append(listener)
+        threading.Thread(target=silent, args=(index, listener), daemon=True).start()
+        DockerHost.objects.create(
+            name=f"slow-{index}", base_url=f"tcp://127.0.0.1:{listener.getsockname()[1]}", last_seen_at=a_second_ago
+        )
+    healthy = ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
+    threading.Thread(target=healthy.serve_forever, daemon=True).start()
+    DockerHost.objects.create(name="healthy", base_url=f"tcp://127.0.0.1:{healthy.server_address[1]}")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        refused_port = probe.getsockname()[1]  # closed again: nothing listens there
+    DockerHost.objects.create(name="gone", base_url=f"tcp://127.0.0.1:{refused_port}", last_seen_at=a_second_ago)
+    try:
+        assert check_hosts() is True
+    finally:
+        healthy.shutdown()
+        for listener in listeners:
+            listener.close()
+    assert [kind for kind, _ in events[:5]] == ["asked"] * 5, events
+    isolated = dict(DockerHost.objects.values_list("name", "isolated"))
+    assert isolated == {"healthy": False, "gone": True} | {f"slow-{i}": False for i in range(5)}
+    assert DockerHost.objects.get(name="healthy").last_seen_at > a_second_ago

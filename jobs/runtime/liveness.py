@@ -6,10 +6,18 @@ ping for settings.HOST_LOST_AFTER_S. One slow answer must not move every job off
 can keep its engine busy for a moment (a flood of output), and isolating a host reschedules
 everyone's jobs on it. Reconcile's pings, a follower whose stream broke and a start that failed
 all ask here, so they agree.
+
+Reconcile pings every host at once (answers): one after the other, each silent host held the
+sweep for a timeout, so five of them aged a healthy host's last answer past HOST_LOST_AFTER_S
+(one slow answer of its own then isolated it) and delayed every other reconcile step.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import datetime
 
 from django.conf import settings
@@ -40,10 +48,44 @@ def seen(host: DockerHost) -> None:
 
 def still_there(host: DockerHost, *, timeout: int = 5) -> bool:
     """Ping the host: it answered (and is marked seen), or it is slow but not lost yet."""
+    failure = _ping(host, timeout)
+    if failure is None:
+        seen(host)
+        return True
+    return not lost(host, failure)
+
+
+def _ping(host: DockerHost, timeout: int) -> engine.EngineError | None:
+    """None if the host answered, else why not (its clients in this thread are dropped)."""
     try:
         engine.ping(host, timeout=timeout)
     except engine.HOST_ERRORS as exc:
         engine.forget_client(host)
-        return not lost(host, exc)
-    seen(host)
-    return True
+        return exc
+    return None
+
+
+# One thread per engine, kept: the engine's clients are per thread (engine.client_for), so an
+# engine keeps one connection for its pings however often reconcile asks.
+_pingers: dict[str, ThreadPoolExecutor] = {}
+_pingers_lock = threading.Lock()
+
+
+def _pinger(host: DockerHost) -> ThreadPoolExecutor:
+    with _pingers_lock:
+        if host.base_url not in _pingers:
+            _pingers[host.base_url] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"ping-{host.name}"[:40])
+        return _pingers[host.base_url]
+
+
+def answers(hosts: Iterable[DockerHost], *, timeout: int) -> dict[int, engine.EngineError | None]:
+    """Ping every host at once; per host id, None if it answered, else why not. Each wait is
+    bounded: a ping that outlives its own timeout (an ssh client that hangs) counts as no answer."""
+    asked = {host.id: _pinger(host).submit(_ping, host, timeout) for host in hosts}
+    found: dict[int, engine.EngineError | None] = {}
+    for host_id, answer in asked.items():
+        try:
+            found[host_id] = answer.result(timeout=timeout + 5)
+        except FutureTimeout:
+            found[host_id] = engine.NoAnswerInTime(f"no answer to a ping within {timeout + 5} s")
+    return found

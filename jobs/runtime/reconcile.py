@@ -127,23 +127,23 @@ def stop_stale_preemptions() -> bool:
 
 
 def check_hosts() -> bool:
-    """Ping every enabled host; one that is lost (liveness.lost) is isolated (a lost connection)."""
-    from . import engine, liveness
+    """Ping every enabled host at once (liveness.answers); one that is lost (liveness.lost) is
+    isolated (a lost connection)."""
+    from . import liveness
     from .lifecycle import isolate_host
 
+    hosts = list(DockerHost.objects.filter(enabled=True, isolated=False))
     isolated_any = False
-    for host in DockerHost.objects.filter(enabled=True, isolated=False):
-        try:
-            engine.ping(host, timeout=HOST_PING_TIMEOUT_S)
-        except engine.HOST_ERRORS as exc:
-            engine.forget_client(host)
-            if not liveness.lost(host, exc):
-                log.warning("host %s did not answer a ping within %s s", host.name, HOST_PING_TIMEOUT_S)
-                continue
-            cause = exc.__cause__ or exc  # what the connection said (ConnectionError, ReadTimeout)
+    answers = liveness.answers(hosts, timeout=HOST_PING_TIMEOUT_S)
+    for host in hosts:
+        failure = answers[host.id]
+        if failure is None:
+            liveness.seen(host)
+        elif not liveness.lost(host, failure):
+            log.warning("host %s did not answer a ping within %s s", host.name, HOST_PING_TIMEOUT_S)
+        else:
+            cause = failure.__cause__ or failure  # what the connection said (ConnectionError, ReadTimeout)
             isolated_any |= isolate_host(host.id, f"lost connection: {type(cause).__name__}")
-            continue
-        liveness.seen(host)
     return isolated_any
 
 
