@@ -322,8 +322,8 @@ def live_url(daphne_server, worker) -> str:
 
 @functools.cache
 def _password_hash(password: str, hashers: tuple[str, ...]) -> str:
-    """A real hash of the password, made once a session: the hasher's work (~0.2 s) per user and test was
-    most of a validation test's time. Logging in with it checks it as usual."""
+    """A real hash of the password, made once a session (the hasher's work per user and test was
+    most of a validation test's time). Logging in with it checks it as usual."""
     from django.contrib.auth.hashers import make_password
 
     return make_password(password)

@@ -91,12 +91,6 @@ def obs_root(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture(autouse=True)
-def fast_passwords(settings):
-    """The demo's users are created with a cheap hasher: this file makes a few hundred of them."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def world(demo, settings, obs_root) -> World:
     settings.OBJECT_STORAGE_ROOT = str(obs_root)
