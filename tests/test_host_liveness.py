@@ -1,12 +1,12 @@
 """When a failed ping means a host is lost (jobs/runtime/liveness.host_lost), by table, and what
-the engine's edge calls a ping that timed out, against real sockets (no Docker)."""
+the engine's edge calls a ping that timed out, against real sockets (no Docker); and reconcile's
+round of pings over silent sockets, a refused port and this machine's real engine."""
 
 from __future__ import annotations
 
 import socket
 import threading
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.utils import timezone
@@ -98,27 +98,15 @@ def test_errors_that_carry_text_where_an_error_may_be_are_read_without_raising()
     assert engine._timed_out(requests.exceptions.ConnectionError(slow))
 
 
-class _Engine(BaseHTTPRequestHandler):
-    """Just enough of an engine's API to answer a ping."""
-
-    def do_GET(self):  # noqa: N802 - http.server's name
-        body = b'{"ApiVersion": "1.41"}' if self.path.endswith("/version") else b"OK"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.mark.django_db
-def test_reconcile_pings_every_host_at_once_and_isolates_only_the_lost_one():
+def test_reconcile_pings_every_host_at_once_and_isolates_only_the_lost_one(docker_client):
     """Five engines take the connection and never answer. One after the other, each held the
     sweep for a timeout (a healthy host's last answer aged past HOST_LOST_AFTER_S, every other
     reconcile step waited): every one of them must have been asked before any ping gave up.
     The slow ones answered recently, so they stay; the refused one is isolated; the healthy one
-    is marked seen."""
+    (this machine's real engine) is marked seen."""
+    from django.conf import settings
+
     from jobs.models import DockerHost
     from jobs.runtime.reconcile import check_hosts
 
@@ -142,9 +130,7 @@ def test_reconcile_pings_every_host_at_once_and_isolates_only_the_lost_one():
         DockerHost.objects.create(
             name=f"slow-{index}", base_url=f"tcp://127.0.0.1:{listener.getsockname()[1]}", last_seen_at=a_second_ago
         )
-    healthy = ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
-    threading.Thread(target=healthy.serve_forever, daemon=True).start()
-    DockerHost.objects.create(name="healthy", base_url=f"tcp://127.0.0.1:{healthy.server_address[1]}")
+    DockerHost.objects.create(name="healthy", base_url=settings.DEFAULT_DOCKER_URL)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         refused_port = probe.getsockname()[1]  # closed again: nothing listens there
@@ -152,7 +138,6 @@ def test_reconcile_pings_every_host_at_once_and_isolates_only_the_lost_one():
     try:
         assert check_hosts() is True
     finally:
-        healthy.shutdown()
         for listener in listeners:
             listener.close()
     assert [kind for kind, _ in events[:5]] == ["asked"] * 5, events
