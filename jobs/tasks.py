@@ -8,6 +8,7 @@ import logging
 import os
 
 from celery import shared_task
+from django.db import OperationalError
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,10 @@ def release_job_resources(job_id: str) -> bool:
     return cleanup.release_job_resources(job_id)
 
 
-@shared_task
+# Queued once, when an attempt has run STANDBY_AFTER_S (start.py): nothing else makes a standby
+# again, so a database that did not answer (a pool taken for its whole timeout, a restart of
+# PostgreSQL) is retried here; an engine that refused is not (the restart creates its container).
+@shared_task(autoretry_for=(OperationalError,), retry_backoff=2, max_retries=5)
 def prepare_standby(attempt_id: int) -> bool:
     """The next attempt's container, made and started while this one runs (jobs/runtime/standby.py);
     idempotent."""

@@ -32,6 +32,7 @@ import docker
 import requests
 import urllib3
 
+from .dbpool import release_connection_if_pooled
 from .logframes import frames_in_blocks
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,9 @@ def _timed_out(exc: BaseException | None, depth: int = 6) -> bool:
 
 @contextmanager
 def _edge() -> Iterator[None]:
-    """The SDK's exceptions turned into the console's, once, here."""
+    """The SDK's exceptions turned into the console's, once, here. A call here may wait seconds
+    on a busy engine: the thread gives its pooled database connection back first (dbpool)."""
+    release_connection_if_pooled()
     try:
         yield
     except EngineError:

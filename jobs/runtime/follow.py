@@ -18,7 +18,7 @@ from django.utils import timezone
 from jobs import events
 from jobs.models import Attempt, EventKind, TaskRun
 
-from . import engine, followers, liveness, reports, resources
+from . import dbpool, engine, liveness, reports, resources
 from .decide import attempt_may_have_ended
 from .engine import HOST_ERRORS
 from .hang import HangWatch, Sampler, capture_stacks, no_gpu, nvidia_smi_gpu
@@ -46,7 +46,7 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
     def on_tick(current: TaskRun, got_lines: bool) -> None:
         if watch.tick(None, got_lines):
             hang_suspected(current.id, container, watch.metrics())
-        followers.release_connection_if_pooled()
+        dbpool.release_connection_if_pooled()
 
     try:
         while True:
@@ -111,7 +111,7 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
     if container is not None and not containers_kept(task_run.attempt.job_id):  # retention keeps it
         # The thread's pooled connection goes back first: in a terminate storm 200 followers
         # waiting for a clear-up slot held the pool's 20, and stops and decisions waited on them.
-        followers.release_connection_if_pooled()
+        dbpool.release_connection_if_pooled()
         try:
             engine.clear_away(container)
         except HOST_ERRORS:

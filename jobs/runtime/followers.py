@@ -132,14 +132,6 @@ def start_local_pool() -> FollowerPool:
         return _pool
 
 
-def release_connection_if_pooled() -> None:
-    """A follower thread lives as long as its container: with a connection pool, give the
-    thread's connection back between its database writes, so that 200 followers share a few
-    connections instead of holding 200 (PostgreSQL's default limit is 100)."""
-    if connection.settings_dict.get("OPTIONS", {}).get("pool") and not connection.in_atomic_block:
-        connection.close()
-
-
 def follow_soon(task_run_id: int) -> None:
     """A container just started: follow it from this process when it runs a pool, else the
     pool of a worker adopts it within a second."""

@@ -22,7 +22,7 @@ from django.utils import timezone
 from jobs.models import ResourceSeries, TaskRun
 from jobs.models.resources import Point
 
-from . import followers
+from . import dbpool
 from .hang import Sample
 from .logs import docker_time
 
@@ -229,7 +229,7 @@ class ResourceWriter:
             self._wake.clear()
             try:
                 self.flush()
-                followers.release_connection_if_pooled()
+                dbpool.release_connection_if_pooled()
             except Exception:  # the database is away: the rows stay dirty for the next round
                 log.exception("writing resource series failed")
                 connection.close()
