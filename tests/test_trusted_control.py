@@ -157,6 +157,50 @@ def test_two_instances_reach_each_other_and_nothing_of_the_host(demo, worker, li
         docker_client.networks.get(docker_hosts.job_network(job))
 
 
+def test_one_instance_has_its_loopback_and_its_name_and_nothing_of_the_host(demo, worker, live_url, docker_client):
+    """A single instance runs with networking disabled (no engine sandbox: docs/decisions.md
+    "No network sandbox for one instance"): its own loopback and names as on Docker's "none"
+    network, no other interface, nothing of the host, and an /etc/hosts it cannot change."""
+    daphne = urlparse(live_url).port
+    probes = "; ".join(
+        f'if nc -w 1 {a} {p} </dev/null >/dev/null 2>&1; then echo "open {a}:{p}"; else echo "closed {a}:{p}"; fi'
+        for a in ["127.0.0.1", *_host_addresses()]
+        for p in (daphne, 6379, 5432)
+    )
+    command = (
+        "timeout 20 nc -ll -p 7000 -e echo own-loopback & "
+        "echo interfaces: $(ls /sys/class/net); "
+        # The job runs as ma-user without capabilities (no ping): each name is asked through nc.
+        'answers() { i=0; until nc -w 1 "$1" 7000 </dev/null 2>/dev/null | grep -q own-loopback; do '
+        'i=$((i+1)); [ $i -gt 50 ] && return 1; sleep 0.1; done; }; '
+        "answers 127.0.0.1 && echo loopback-answers; "
+        "answers localhost && echo localhost-resolves; "
+        'answers "$(hostname)" && echo own-name-resolves; '
+        "(echo '127.0.0.1 evil' >> /etc/hosts) 2>/dev/null && echo hosts-changed || echo hosts-kept; "
+        "(echo x > /.console/run/hosts) 2>/dev/null && echo control-hosts-changed || echo control-hosts-kept; "
+        f"{probes}; echo probes-done; sleep 60"
+    )
+    job = submit_job(demo, name="solo", command=command)
+    wait_for(lambda: "probes-done" in texts(job), timeout=60, message="the probes")
+    lines = texts(job)
+    for expected in (
+        "interfaces: lo",
+        "localhost-resolves",
+        "own-name-resolves",
+        "loopback-answers",
+        "hosts-kept",
+        "control-hosts-kept",
+        "probes-done",
+    ):
+        assert expected in lines, (expected, lines)
+    assert not [line for line in lines if line.startswith("open ")], lines
+    run = TaskRun.objects.get(attempt__job=job)
+    attrs = docker_client.api.inspect_container(run.container_id)
+    assert attrs["Config"]["NetworkDisabled"] is True
+    assert attrs["NetworkSettings"]["Networks"] in ({}, None) and not attrs["NetworkSettings"]["SandboxID"]
+    stop(job)
+
+
 def test_two_jobs_on_one_host_have_networks_of_their_own(demo, worker, docker_client):
     command = "sleep 300"
     first = submit_job(demo, name="net-a", node_count=2, command=command)
