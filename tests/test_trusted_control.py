@@ -172,7 +172,7 @@ def test_one_instance_has_its_loopback_and_its_name_and_nothing_of_the_host(demo
         "echo interfaces: $(ls /sys/class/net); "
         # The job runs as ma-user without capabilities (no ping): each name is asked through nc.
         'answers() { i=0; until nc -w 1 "$1" 7000 </dev/null 2>/dev/null | grep -q own-loopback; do '
-        'i=$((i+1)); [ $i -gt 50 ] && return 1; sleep 0.1; done; }; '
+        "i=$((i+1)); [ $i -gt 50 ] && return 1; sleep 0.1; done; }; "
         "answers 127.0.0.1 && echo loopback-answers; "
         "answers localhost && echo localhost-resolves; "
         'answers "$(hostname)" && echo own-name-resolves; '
