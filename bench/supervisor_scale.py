@@ -11,7 +11,7 @@ is missed.
 Runs the production stack (PostgreSQL + Redis + a separate Celery worker and daphne;
 bench/_stack.py). Each instance is one single-instance job with fault tolerance on.
 
-    .venv/bin/python bench/supervisor_scale.py [--sizes 10,50,100,200] [--probes 5]
+    .venv/bin/python bench/supervisor_scale.py [--sizes 10,50,100,200] [--probes 10]
 """
 
 from __future__ import annotations
@@ -180,6 +180,31 @@ def restart_latency(client, job_id: str) -> float:
     return time.monotonic() - t0
 
 
+BARE_TICKER = "trap 'exit 0' TERM; " + TICKER.replace("sleep 1", "sleep 1 & wait $!")
+
+
+def bare_stop_latency(client, stack: Stack) -> float:
+    """The baseline, on the same engine under the same load: `docker stop` of a bare container
+    running the same ticker (no console: the engine's own share of a stop at this size). It exits
+    on SIGTERM as a job's launcher does; one instance's spec, networking disabled."""
+    container = client.containers.run(
+        BUSYBOX,
+        ["sh", "-c", BARE_TICKER],
+        detach=True,
+        network_mode="none",
+        network_disabled=True,
+        log_config={"type": "local"},
+        labels={"console.bench": "1", "console.bench.run": stack.tag},
+    )
+    try:
+        time.sleep(1.5)  # a few ticks: it runs as the jobs' containers do
+        t0 = time.monotonic()
+        container.stop(timeout=10)
+        return time.monotonic() - t0
+    finally:
+        container.remove(force=True)
+
+
 def check_lines() -> tuple[int, int, list[str]]:
     """Every run's persisted ticks are 1..k, once each, in order (a run may be cut short)."""
     from jobs.models import TaskRun
@@ -199,7 +224,7 @@ def check_lines() -> tuple[int, int, list[str]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10,50,100,200")
-    parser.add_argument("--probes", type=int, default=5, help="stops and kills measured at each size")
+    parser.add_argument("--probes", type=int, default=10, help="stops and kills measured at each size")
     parser.add_argument("--settle-s", type=float, default=10, help="CPU is measured over this window")
     parser.add_argument("--database", default=f"console_bench_scale_{os.getpid()}")
     parser.add_argument("--keep-db", action="store_true")
@@ -240,6 +265,7 @@ def main() -> int:
             now = status(pid)
             kills = [restart_latency(client, job_id) for job_id in running[: args.probes]]
             stops = [settled_stop(stack, client, job_id) for job_id in running[-args.probes :]]
+            bare = sorted(bare_stop_latency(client, stack) for _ in range(args.probes))
             parts = stop_breakdown(trace_path, running[-args.probes :])
             del running[-args.probes :]
             rss_per = (now["VmRSS"] - idle["VmRSS"]) / 1024 / len(running)
@@ -254,6 +280,7 @@ def main() -> int:
                     "rss_per_mb": rss_per,
                     "threads": now["Threads"],
                     "stop": sorted(stops),
+                    "bare_stop": bare,
                     "restart": sorted(kills),
                     "stop_parts": parts,
                 }
@@ -265,7 +292,8 @@ def main() -> int:
                 f"{r['cpu']:5.1f}% of a core (the machine {r['machine_idle']:.0f}% idle), "
                 f"RSS {r['rss_mb']:6.1f} MB ({r['rss_per_mb']:.2f} MB per instance), "
                 f"{r['threads']} threads; stop p95 {percentile(r['stop'], 95) * 1000:.0f} ms, "
-                f"restart p95 {percentile(r['restart'], 95) * 1000:.0f} ms",
+                f"restart p95 {percentile(r['restart'], 95) * 1000:.0f} ms; a bare `docker stop` "
+                f"p95 {percentile(r['bare_stop'], 95) * 1000:.0f} ms",
                 flush=True,
             )
             for what, values in parts.items():
@@ -281,14 +309,15 @@ def main() -> int:
     print(f"\nDocker {client.version()['Version']}, {os.cpu_count()} CPUs, one worker process; ms")
     print(
         f"  {'instances':>9} {'idle %':>6} {'CPU %':>6} {'RSS MB':>7} {'MB/inst':>7} {'threads':>7}  "
-        f"{'stop p50':>8} {'p95':>6}  {'restart p50':>11} {'p95':>6}"
+        f"{'stop p50':>8} {'p95':>6}  {'restart p50':>11} {'p95':>6}  {'bare stop p50':>13} {'p95':>6}"
     )
     for r in rows:
         print(
             f"  {r['size']:>9} {r['machine_idle']:>6.0f} {r['cpu']:>6.1f} {r['rss_mb']:>7.1f} "
             f"{r['rss_per_mb']:>7.2f} {r['threads']:>7}  "
             f"{percentile(r['stop'], 50) * 1000:>8.0f} {percentile(r['stop'], 95) * 1000:>6.0f}  "
-            f"{percentile(r['restart'], 50) * 1000:>11.0f} {percentile(r['restart'], 95) * 1000:>6.0f}"
+            f"{percentile(r['restart'], 50) * 1000:>11.0f} {percentile(r['restart'], 95) * 1000:>6.0f}  "
+            f"{percentile(r['bare_stop'], 50) * 1000:>13.0f} {percentile(r['bare_stop'], 95) * 1000:>6.0f}"
         )
     first, last = rows[0], rows[-1]
     checks = {
@@ -299,6 +328,12 @@ def main() -> int:
         <= 2 * percentile(first["restart"], 95),
         f"every line persisted once, in order ({lines} lines of {runs} runs)": not problems,
     }
+    bare_ratio = percentile(last["bare_stop"], 95) / percentile(first["bare_stop"], 95)
+    print(
+        f"\n  the baseline: a bare `docker stop` on the same engine, p95 {last['size']} vs {first['size']}: "
+        f"{bare_ratio:.2f}x (the console's stop: "
+        f"{percentile(last['stop'], 95) / percentile(first['stop'], 95):.2f}x)"
+    )
     print()
     for what, ok in checks.items():
         print(f"  {'met ' if ok else 'MISSED'} {what}")
