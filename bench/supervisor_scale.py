@@ -205,6 +205,17 @@ def bare_stop_latency(client, stack: Stack) -> float:
         container.remove(force=True)
 
 
+def worker_troubles(stack: Stack) -> dict[str, int]:
+    """What went wrong in the worker, from its log: followers that failed (and were adopted
+    again), database connections not had within the pool's timeout, tasks that raised."""
+    text = Path(stack.tmp, "celery-worker.log").read_text(errors="replace")
+    return {
+        "followers failed": text.count("it will be adopted again"),
+        "pool timeouts": text.count("PoolTimeout") + text.count("couldn't get a connection"),
+        "tasks raised": text.count("raised unexpected"),
+    }
+
+
 def check_lines() -> tuple[int, int, list[str]]:
     """Every run's persisted ticks are 1..k, once each, in order (a run may be cut short)."""
     from jobs.models import TaskRun
@@ -305,6 +316,7 @@ def main() -> int:
         wait(lambda: not TrainingJob.objects.exclude(phase__in=FINAL_PHASES).exists(), 600, "every job ended", 0.5)
         time.sleep(3)  # the followers drain and let go
         runs, lines, problems = check_lines()
+        troubles = worker_troubles(stack)
 
     print(f"\nDocker {client.version()['Version']}, {os.cpu_count()} CPUs, one worker process; ms")
     print(
@@ -327,6 +339,9 @@ def main() -> int:
         "restart p95 at the largest size within 2x of the smallest": percentile(last["restart"], 95)
         <= 2 * percentile(first["restart"], 95),
         f"every line persisted once, in order ({lines} lines of {runs} runs)": not problems,
+        "nothing failed in the worker (" + ", ".join(f"{what}: {n}" for what, n in troubles.items()) + ")": not any(
+            troubles.values()
+        ),
     }
     bare_ratio = percentile(last["bare_stop"], 95) / percentile(first["bare_stop"], 95)
     print(
