@@ -57,7 +57,7 @@ LOCAL_CODE_DIR_FORBIDDEN_TREES = ("/home/ma-user/modelarts", "/home/ma-user/mode
 MOUNT_FORBIDDEN = ("/", "/cache")
 MOUNT_FORBIDDEN_TREES = ("/home/ma-user/modelarts",)
 # What the platform itself mounts or the kernel owns (jobs/runtime/docker_hosts.py).
-PLATFORM_TREES = ("/job-data", "/etc/volcano", "/.console", "/proc", "/sys", "/dev")
+PLATFORM_TREES = ("/job-data", "/etc/volcano", "/etc/hosts", "/.console", "/proc", "/sys", "/dev")
 # The artifact mount path may not be one of these system directories (seed 002).
 ARTIFACT_MOUNT_FORBIDDEN = ("/", "/home", "/home/ma-user", "/home/ma-user/modelarts")
 

@@ -160,6 +160,8 @@ REFUSED = [
             ("modelarts", "/home/ma-user/modelarts"),
             ("below-modelarts", "/home/ma-user/modelarts/data"),
             ("job-data", "/job-data"),
+            # The console's own /etc/hosts of a single instance (docker_hosts.HOSTS_FILE).
+            ("etc-hosts", "/etc/hosts"),
             ("relative", "data"),
         ]
     ],

@@ -73,7 +73,7 @@ def test_all_checks_pass_and_the_command_runs(client):
         client,
         {"MA_JOB_NAME": "j", "MA_VOLCANO_HOSTS": "j-worker-0"},
         hostname="j-worker-0",
-        extra_hosts={"j-worker-0": "127.0.0.1"},  # as the console writes them
+        extra_hosts={"j-worker-0": "127.0.0.1"},  # the instance's own name, as the console's hosts file has it
     )
     assert code == 0
     assert items(lines) == ["dns", "disk-size root", "disk-size shm", "disk-size cache"]
@@ -316,6 +316,22 @@ def test_the_wake_fifo_ends_the_wait_is_held_only_while_waiting_and_the_job_cann
     assert seen == {"fifo": True, "owner": os.geteuid(), "mode": "0o600", "woken": True}, seen
     assert "no-fd-3" in lines and "cannot-open-wake" in lines, lines
     assert (control / "exit-2").read_text().strip() == "0 0"
+
+
+def test_the_hosts_file_a_job_reads_is_readable_whatever_the_consoles_umask(tmp_path, settings):
+    """Unit: a single instance's /etc/hosts comes from its control dir (docker_hosts.HOSTS_FILE),
+    read by the job's uid 1000: 0644 even under a worker's umask of 077."""
+    settings.CONTROL_ROOT = str(tmp_path)
+    job_id = uuid.uuid4()
+    folder = control_files.make_control_dir(job_id, "c")
+    previous = os.umask(0o077)
+    try:
+        control_files.write_control_file(job_id, "c", "hosts", "127.0.0.1\tlocalhost\n", mode=0o644)
+        control_files.write_control_file(job_id, "c", "go", "1\n")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(os.stat(folder / "hosts").st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(folder / "go").st_mode) == 0o600  # the others as before: the launcher's
 
 
 def test_the_wake_writes_only_into_a_fifo_of_the_control_dir_that_a_launcher_holds(tmp_path, settings):

@@ -107,12 +107,15 @@ def read_control_file(job_id, container_name: str, name: str) -> str | None:
         os.close(fd)
 
 
-def write_control_file(job_id, container_name: str, name: str, text: str) -> None:
-    """Write whole (a rename), so that the launcher never reads half a decision."""
+def write_control_file(job_id, container_name: str, name: str, text: str, *, mode: int | None = None) -> None:
+    """Write whole (a rename), so that the launcher never reads half a decision. `mode`: set as
+    given, not masked by the umask (a file the job must read)."""
     folder = control_dir(job_id, container_name)
     tmp = folder / f".{name}.{os.getpid()}.{threading.get_ident()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         os.write(fd, text.encode())
     finally:
         os.close(fd)

@@ -221,7 +221,8 @@ def write_hosts_file(job: TrainingJob, task_run: TaskRun) -> None:
     take-over asks that each source still be the file its container holds (same inode)."""
     text = hosts_text(instance_hostname(job, task_run.index))
     if engine.read_control_file(job.id, task_run.container_name, HOSTS_FILE) != text:
-        engine.write_control_file(job.id, task_run.container_name, HOSTS_FILE, text)
+        # 0644 whatever the worker's umask: the job (uid 1000) reads it, as Docker's own.
+        engine.write_control_file(job.id, task_run.container_name, HOSTS_FILE, text, mode=0o644)
 
 
 def spec_now(job: TrainingJob, attempt: Attempt, task_run: TaskRun, hosts: list[DockerHost]) -> dict:
