@@ -20,6 +20,7 @@ import argparse
 import os
 import sys
 import time
+import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -87,13 +88,16 @@ def standbys_made(client, job_ids: list[str]) -> bool:
     a standby taken over by a restart keeps its label, and the one after it is made later."""
     from django.db.models import Max
 
-    from jobs.models import Attempt
+    from jobs.models import Attempt, TrainingJob
+    from jobs.runtime.docker_hosts import container_name
 
     rows = Attempt.objects.filter(job_id__in=job_ids).values("job_id").annotate(n=Max("number"))
     latest = {str(row["job_id"]): row["n"] for row in rows}
     made = client.containers.list(all=True, sparse=True, filters={"label": "console.standby=1", "status": "running"})
     names = {(c.attrs.get("Names") or ["/"])[0].lstrip("/") for c in made}
-    return all(f"tj-{job_id.replace('-', '')}-a{latest.get(job_id, 0) + 1}-w0" in names for job_id in job_ids)
+    return all(
+        container_name(TrainingJob(id=uuid.UUID(job_id)), latest.get(job_id, 0) + 1, 0) in names for job_id in job_ids
+    )
 
 
 def wait(predicate, timeout: float, what: str, interval: float = 0.02) -> float:

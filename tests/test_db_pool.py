@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
+import uuid
 from contextlib import nullcontext
 
 import pytest
@@ -88,7 +90,7 @@ def test_a_transaction_keeps_its_connection_through_an_engine_call(silent_engine
     assert holds_a_connection_while_waiting(*silent_engine, atomic=True)
 
 
-def test_a_standby_whose_preparation_met_a_database_error_is_prepared_again(monkeypatch):
+def test_a_standby_whose_preparation_met_an_injected_database_error_is_prepared_again(monkeypatch):
     """The only one that makes a standby is a task queued once (start.py): a database error (a
     pool taken for its whole timeout) is retried. The error is injected: a pool exhausted for
     30 s is not made in a test."""
@@ -107,3 +109,37 @@ def test_a_standby_whose_preparation_met_a_database_error_is_prepared_again(monk
     monkeypatch.setattr(standby, "arm", lambda attempt_id: False)
     assert tasks.prepare_standby.apply(args=(7,)).get() is True
     assert calls == [7, 7]
+
+
+def test_a_follower_waiting_for_a_clear_up_slot_holds_no_database_connection(settings):
+    """The wait for one of an engine's removal slots (engine.clear_away) is a wait at the edge:
+    in a terminate storm 200 followers waited there. The containers are stand-ins (what is tested
+    is the console's bound and the connection, as in tests/test_engine_clear_ups.py)."""
+    from tests.test_engine_clear_ups import StandInContainer, tracker
+
+    if not connection.settings_dict.get("OPTIONS", {}).get("pool"):
+        pytest.skip("the connection pool is PostgreSQL's (DATABASE_URL)")
+    settings.ENGINE_CLEAR_UPS_AT_ONCE = 1
+    base_url, seen, hold = f"unix:///slots-{uuid.uuid4()}", tracker(), threading.Event()
+    holder = threading.Thread(target=engine.clear_away, args=(StandInContainer(base_url, seen, hold),))
+    holder.start()
+    while seen["now"] == 0:  # the one slot is taken
+        time.sleep(0.01)
+    wrappers: list = []
+
+    def follower_end() -> None:
+        DockerHost.objects.count()
+        wrappers.append(connections["default"])
+        engine.clear_away(StandInContainer(base_url, seen))
+        connection.close()
+
+    waiter = threading.Thread(target=follower_end)
+    waiter.start()
+    while not wrappers:
+        time.sleep(0.01)
+    time.sleep(0.2)  # waiting for the slot now
+    assert seen["done"] == 0 and wrappers[0].connection is None
+    hold.set()
+    for thread in (holder, waiter):
+        thread.join(10)
+    assert seen["done"] == 2

@@ -371,7 +371,10 @@ def _removal_slot(container) -> threading.BoundedSemaphore:
 
 def clear_away(container) -> None:
     """remove_container for a follower's clear-up after its instance ended: at most
-    ENGINE_CLEAR_UPS_AT_ONCE of them per engine and process at a time."""
+    ENGINE_CLEAR_UPS_AT_ONCE of them per engine and process at a time. The wait for a slot is a
+    wait at the edge too: the thread's pooled connection goes back first (in a terminate storm 200
+    followers waiting for a slot held the pool's 20, and stops and decisions waited on them)."""
+    release_connection_if_pooled()
     with _removal_slot(container):
         remove_container(container)
 

@@ -109,9 +109,6 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
     # Decide (and start the next attempt) first; clearing up can wait.
     attempt_may_have_ended(task_run.attempt_id)
     if container is not None and not containers_kept(task_run.attempt.job_id):  # retention keeps it
-        # The thread's pooled connection goes back first: in a terminate storm 200 followers
-        # waiting for a clear-up slot held the pool's 20, and stops and decisions waited on them.
-        dbpool.release_connection_if_pooled()
         try:
             engine.clear_away(container)
         except HOST_ERRORS:
