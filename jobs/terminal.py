@@ -6,7 +6,8 @@ Framing:
 - browser -> console, text frame: one JSON control object; `{"resize": [rows, cols]}` sizes the
   TTY. Keystrokes never travel as text, so nothing a user types or pastes can be read as control.
 - console -> browser, binary frame: what the TTY printed, raw bytes (xterm.js decodes them).
-- console -> browser, text frame: `{"ended": "<why>"}`, right before the console closes.
+- console -> browser, text frame: `{"ended": "<why>", "code": <close code>}`, right before the
+  console closes (the code again: a page whose close frame was lost sees 1006, not ours).
 - Close codes: 4403 not allowed (or no longer), 4410 the instance or its shell ended,
   4429 the user holds as many terminals and SSH sessions as one may (jobs/session_limits.py),
   4502 the engine could not start the shell.
@@ -145,12 +146,12 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         await self.accept()
         if run is None:
             if why:
-                await self.send(text_data=json.dumps({"ended": why}))
+                await self.send(text_data=json.dumps({"ended": why, "code": CLOSE_FORBIDDEN}))
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.user_id, self.job_id, self.run_id = user.pk, run.attempt.job_id, run.id
         if not session_limits.take(self.user_id):
-            await self.send(text_data=json.dumps({"ended": too_many_sessions()}))
+            await self.send(text_data=json.dumps({"ended": too_many_sessions(), "code": CLOSE_TOO_MANY}))
             await self.close(code=CLOSE_TOO_MANY)
             return
         self.holds_session = True
@@ -196,7 +197,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             return
         self.ending = True
         try:
-            await self.send(text_data=json.dumps({"ended": why}))
+            await self.send(text_data=json.dumps({"ended": why, "code": code}))
             await self.close(code=code)
         finally:
             self._hang_up()

@@ -110,7 +110,8 @@ def test_an_instance_that_does_not_run_is_refused(demo, live_url):
         with open_socket(live_url, not_running, demo.owner) as ws:
             shell = Shell(ws)
             assert shell.closed_code(timeout=10) == CLOSE_FORBIDDEN
-        assert shell.texts == [{"ended": "the instance is not running"}]  # said to those who may see the job
+        # Said to those who may see the job.
+        assert shell.texts == [{"ended": "the instance is not running", "code": CLOSE_FORBIDDEN}]
 
 
 def test_the_terminal_closes_when_the_job_is_stopped(demo, live_url, docker_client):
@@ -166,6 +167,7 @@ def test_one_user_holds_only_so_many_terminals_at_once(demo, live_url):
             extra = Shell(ws)
             assert extra.closed_code(timeout=10) == CLOSE_TOO_MANY
         assert "as many as one may" in extra.texts[-1]["ended"]
+        assert extra.texts[-1]["code"] == 4429  # said before the close frame too (the page's fallback)
         ws, other = shell_for(demo.owner, 7)  # another user's count is their own
         with ws:
             other.read_until(b"open-107")

@@ -44,6 +44,7 @@
   ws.binaryType = "arraybuffer";
   const encoder = new TextEncoder();
   let ended = "";
+  let endedCode = 0; // the console's close code, also sent before its close frame
 
   function say(text, state) {
     status.textContent = text;
@@ -61,7 +62,9 @@
   ws.onmessage = function (event) {
     if (typeof event.data === "string") {
       try {
-        ended = JSON.parse(event.data).ended || ended;
+        const said = JSON.parse(event.data);
+        ended = said.ended || ended;
+        endedCode = said.code || endedCode;
       } catch (e) {
         /* not ours: ignored */
       }
@@ -70,9 +73,12 @@
     term.write(new Uint8Array(event.data));
   };
   ws.onclose = function (event) {
+    // The close frame's code, or the one the console said before it: a full run saw a close
+    // frame lost under load (the page got another code and showed the other text).
+    const code = closedText(event.code) ? event.code : endedCode;
     const text =
-      closedText(event.code) && !(ended && event.code === 4403)
-        ? closedText(event.code)
+      closedText(code) && !(ended && code === 4403)
+        ? closedText(code)
         : ended
           ? fill(gettext("The terminal is closed: %(why)s."), { why: reasonText(ended) })
           : gettext("The terminal is closed.");
