@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 import uuid
@@ -147,11 +148,14 @@ def stop_breakdown(trace_path: Path, job_ids: list[str]) -> dict[str, list[float
     from jobs.models import TaskRun, TrainingJob
 
     calls = []
+    looks = []  # (start, end, thread, path) of the worker's inspects: the stop's own look-up
     if trace_path.exists():
         for line in trace_path.read_text().splitlines():
             parts = line.split(" ", 5)
             if len(parts) == 6 and parts[4] == "POST" and "/stop" in parts[5]:
-                calls.append((int(parts[0]) / 1e9, int(parts[1]) / 1e9, parts[5]))
+                calls.append((int(parts[0]) / 1e9, int(parts[1]) / 1e9, parts[5], parts[3]))
+            elif len(parts) == 6 and parts[4] == "GET" and parts[5].split("?")[0].endswith("/json"):
+                looks.append((int(parts[0]) / 1e9, int(parts[1]) / 1e9, parts[3]))
     out: dict[str, list[float]] = {}
     for job_id in job_ids:
         job = TrainingJob.objects.get(id=job_id)
@@ -159,9 +163,14 @@ def stop_breakdown(trace_path: Path, job_ids: list[str]) -> dict[str, list[float
         stop = next((c for c in calls if run and run.container_id and run.container_id in c[2]), None)
         if run is None or stop is None or job.ended_at is None:
             continue
+        requested = job.terminate_requested_at.timestamp()
+        # The stop task's calls before its stop (same thread, after the request): the look-ups.
+        before = [c for c in looks if c[2] == stop[3] and requested <= c[0] and c[1] <= stop[0]]
+        first_call = min((c[0] for c in before), default=stop[0])
         marks = [
-            ("request", POSTED[job_id], job.terminate_requested_at.timestamp()),
-            ("queued -> stop call", job.terminate_requested_at.timestamp(), stop[0]),
+            ("request", POSTED[job_id], requested),
+            ("queued -> first engine call", requested, first_call),
+            ("look-ups before the stop", first_call, stop[0]),
             ("stop call -> exit", stop[0], run.ended_at.timestamp()),
             ("exit -> stop call returned", run.ended_at.timestamp(), stop[1]),
             ("stop returned -> Terminated", stop[1], job.ended_at.timestamp()),
@@ -250,6 +259,7 @@ def main() -> int:
     parser.add_argument("--settle-s", type=float, default=10, help="CPU is measured over this window")
     parser.add_argument("--database", default=f"console_bench_scale_{os.getpid()}")
     parser.add_argument("--keep-db", action="store_true")
+    parser.add_argument("--trace-copy", help="copy the worker's traced Docker calls here before the stack goes")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
@@ -324,7 +334,7 @@ def main() -> int:
                 flush=True,
             )
             for what, values in parts.items():
-                print(f"      stop: {what:<28} " + " ".join(f"{v:6.0f}" for v in values) + " ms", flush=True)
+                print(f"      stop: {what:<30} " + " ".join(f"{v:6.0f}" for v in values) + " ms", flush=True)
         for job_id in running:
             stack.api("POST", f"/training-jobs/{job_id}/actions", json={"action_type": "terminate"})
         from jobs.models import FINAL_PHASES, TrainingJob
@@ -333,6 +343,8 @@ def main() -> int:
         time.sleep(3)  # the followers drain and let go
         runs, lines, problems = check_lines()
         troubles = worker_troubles(stack)
+        if args.trace_copy:
+            shutil.copyfile(trace_path, args.trace_copy)
 
     print(f"\nDocker {client.version()['Version']}, {os.cpu_count()} CPUs, one worker process; ms")
     print(

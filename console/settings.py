@@ -211,6 +211,9 @@ FOLLOWER_STALE_AFTER_S = float(os.environ.get("CONSOLE_FOLLOWER_STALE_AFTER_S", 
 # A container whose instance ended and that nobody removed (its follower died) is removed by
 # reconcile once it ended this long ago (jobs/runtime/cleanup.py).
 ORPHAN_GRACE_S = float(os.environ.get("CONSOLE_ORPHAN_GRACE_S", "20"))
+# How often one worker lists a host's containers for orphans (a listing of every container: with
+# 200 instances and their standbys, 400 of them; docs/decisions.md "The orphan scan, claimed").
+ORPHAN_SCAN_EVERY_S = float(os.environ.get("CONSOLE_ORPHAN_SCAN_EVERY_S", "15"))
 # Running instances one worker process follows at most (jobs/runtime/followers.py); the
 # pools of the other workers adopt the rest.
 FOLLOWERS_PER_PROCESS = int(os.environ.get("CONSOLE_FOLLOWERS_PER_PROCESS", "1000"))

@@ -99,3 +99,37 @@ def test_looking_for_orphans_asks_the_database_once_whatever_the_number_of_conta
     finally:
         for container in made:
             container.remove(force=True)
+
+
+def test_one_worker_at_a_time_scans_a_host_for_orphans_and_only_when_due(demo, settings):
+    """The scan lists every container of a host (400 with 200 instances and their standbys):
+    reconcile runs every few seconds in every worker, so a host's scan is claimed, by one of
+    them, once per ORPHAN_SCAN_EVERY_S (its row's time moved by a conditional UPDATE). The
+    worker running beside this test scans every 15 s: the times set here are due only for this
+    process (5 s), so it cannot claim one in between."""
+    from django.utils import timezone
+
+    from jobs.models import DockerHost
+
+    settings.ORPHAN_SCAN_EVERY_S = 5
+    hosts = DockerHost.objects.filter(enabled=True, isolated=False)
+    assert hosts.exists()
+    ten_s_ago = timezone.now() - timezone.timedelta(seconds=10)
+    hosts.update(orphans_scanned_at=ten_s_ago)
+
+    claimed = cleanup.claim_orphan_scans()
+    assert sorted(h.id for h in claimed) == sorted(hosts.values_list("id", flat=True))
+    assert all(h.orphans_scanned_at > ten_s_ago for h in hosts.all()), "the claim is the scan's time"
+    assert cleanup.claim_orphan_scans() == [], "claimed: not due again for ORPHAN_SCAN_EVERY_S"
+    assert not cleanup.scan_for_orphans_when_due(), "the reconcile step scans nothing meanwhile"
+
+    # Two workers that read the same due time: the first moves it, the second's UPDATE matches
+    # no row any more.
+    host = hosts.first()
+    DockerHost.objects.filter(id=host.id).update(orphans_scanned_at=ten_s_ago)
+    stale = DockerHost.objects.get(id=host.id)
+    assert [h.id for h in cleanup.claim_orphan_scans()] == [host.id]
+    moved = DockerHost.objects.filter(id=host.id, orphans_scanned_at=stale.orphans_scanned_at).update(
+        orphans_scanned_at=timezone.now()
+    )
+    assert moved == 0, "the second worker's claim finds the time moved"

@@ -150,6 +150,9 @@ class DockerHost(models.Model):
     isolation_reason = models.TextField(blank=True)
     isolated_at = models.DateTimeField(null=True, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
+    # When a worker last claimed this host's orphan scan (jobs/runtime/cleanup.py): one worker
+    # lists its containers every ORPHAN_SCAN_EVERY_S, not each of them at every reconcile.
+    orphans_scanned_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     def __str__(self) -> str:
         return self.name

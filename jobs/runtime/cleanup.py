@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from uuid import UUID
 
 from django.conf import settings
-from django.db.models import Max
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from jobs.models import RETAINED_PHASES, Attempt, DockerHost, TaskRun, TrainingJob
@@ -95,17 +95,48 @@ def release_ended_jobs() -> bool:
 UNKNOWN_GRACE_S = 600
 
 
-def remove_orphaned_containers() -> bool:
-    """Reconcile step: containers of this console that no follower will remove any more — their
-    instance ended (or its host was lost and came back), nothing follows it, its attempt is over
-    and the job does not keep it (retention) — and containers no task run knows. One listing
-    and one query per reachable host (not a query per container: with 200 instances running,
-    a query each made reconcile a fifth of the worker's CPU); returns whether any was removed."""
+def scan_for_orphans_when_due() -> bool:
+    """Reconcile step: the orphan scan below, of each host whose last scan is ORPHAN_SCAN_EVERY_S
+    old, by the one worker that claims it. Reconcile runs every few seconds in every worker; a
+    scan lists every container of the host (400 with 200 instances and their standbys), which
+    the engine encodes and the worker decodes holding the interpreter lock, and an orphan is
+    rare (a follower died) and waits ORPHAN_GRACE_S anyway."""
+    claimed = claim_orphan_scans()
+    return remove_orphaned_containers(claimed) if claimed else False
+
+
+def claim_orphan_scans() -> list[DockerHost]:
+    """The reachable hosts whose orphan scan is due, each claimed for this caller: exactly one
+    of the workers that race here moves the time it read (healthchecks' conditional UPDATE)."""
+    now = timezone.now()
+    due = DockerHost.objects.filter(enabled=True, isolated=False).filter(
+        Q(orphans_scanned_at__isnull=True)
+        | Q(orphans_scanned_at__lte=now - timezone.timedelta(seconds=settings.ORPHAN_SCAN_EVERY_S))
+    )
+    return [
+        host
+        for host in due
+        if DockerHost.objects.filter(id=host.id, orphans_scanned_at=host.orphans_scanned_at).update(
+            orphans_scanned_at=now
+        )
+        == 1
+    ]
+
+
+def remove_orphaned_containers(hosts: list[DockerHost] | None = None) -> bool:
+    """Containers of this console that no follower will remove any more — their instance ended
+    (or its host was lost and came back), nothing follows it, its attempt is over and the job
+    does not keep it (retention) — and containers no task run knows, on `hosts` (default: every
+    reachable host). One listing and one query per host (not a query per container: with 200
+    instances running, a query each made reconcile a fifth of the worker's CPU); returns whether
+    any was removed."""
     cutoff = timezone.now() - timezone.timedelta(seconds=settings.ORPHAN_GRACE_S)
     unknown_cutoff = timezone.now() - timezone.timedelta(seconds=UNKNOWN_GRACE_S)
     labels = [f"{settings.CONTAINER_LABEL}=1", *(f"{k}={v}" for k, v in settings.CONTAINER_EXTRA_LABELS.items())]
     removed = False
-    for host in DockerHost.objects.filter(enabled=True, isolated=False):
+    if hosts is None:
+        hosts = list(DockerHost.objects.filter(enabled=True, isolated=False))
+    for host in hosts:
         try:
             containers = engine.containers_labelled(host, labels)
         except engine.EngineError as exc:

@@ -99,9 +99,11 @@ def attempt_may_have_ended(attempt_id: int) -> bool:
         log.exception("deciding attempt %s failed", attempt.id)
         return _end_undecidable(attempt, exc)
     in_place = decision is not None and decision.restart and decision.level in ("process", "reschedule")
-    if failed and not in_place:
+    if failed and not in_place and not terminating:
         # Collective training cannot go on with one rank gone, and launchers
-        # waiting for a decision must end: stop every container of the attempt.
+        # waiting for a decision must end: stop every container of the attempt. (A job being
+        # terminated has its stop task for that: its exit codes of 143 are failures here, and
+        # a second stop of each ended container is two calls a busy engine answers late.)
         stop_attempt_containers(attempt.id)
     return True
 

@@ -335,6 +335,14 @@ def stop_container(container, *, timeout: int) -> None:
 
 
 @_at_edge
+def stop_ref(host, ref: str, *, timeout: int) -> None:
+    """docker stop of the container named or identified by `ref`, without looking it up first:
+    one call to the engine, not two (a stop is on the path the user waits on, and a busy engine
+    answers each call later). NotFound if there is none; one already ended is not an error."""
+    client_for(host).api.stop(ref, timeout=timeout)
+
+
+@_at_edge
 def remove_container(container) -> None:
     """Remove the container, running or not; one already gone, or whose removal another caller
     started (409 "removal ... is already in progress": the orphan scan and a job's end may meet

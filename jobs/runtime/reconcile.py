@@ -16,7 +16,7 @@ from django.utils import timezone
 from jobs.models import RETAINED_PHASES, Attempt, DockerHost, Phase, TaskRun, TrainingJob
 
 from . import later
-from .cleanup import release_ended_jobs, remove_orphaned_containers
+from .cleanup import release_ended_jobs, scan_for_orphans_when_due
 
 log = logging.getLogger(__name__)
 
@@ -276,7 +276,7 @@ STEPS = (
     complete_job_outputs,
     delete_expired_logs,
     release_ended_jobs,
-    remove_orphaned_containers,
+    scan_for_orphans_when_due,
     resend_notifications,
 )
 

@@ -147,10 +147,13 @@ def _containers_of(attempt_id: int):
 
 
 def stop_attempt_containers(attempt_id: int) -> None:
-    """docker stop every container of an attempt (the launcher forwards SIGTERM)."""
-    for task_run, container in _containers_of(attempt_id):
+    """docker stop every container of an attempt (the launcher forwards SIGTERM), by its id
+    where the start recorded one: no look-up first."""
+    for task_run in TaskRun.objects.filter(attempt_id=attempt_id).select_related("host"):
         try:
-            engine.stop_container(container, timeout=STOP_TIMEOUT_S)
+            engine.stop_ref(task_run.host, task_run.container_id or task_run.container_name, timeout=STOP_TIMEOUT_S)
+        except engine.NotFound:
+            continue
         except HOST_ERRORS as exc:
             log.warning("could not stop %s: %s", task_run.container_name, exc)
 
