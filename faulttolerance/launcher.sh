@@ -165,8 +165,12 @@ mounts_report() {
 # with the sources as they are now: a bind mount holds the folder it was started with. The checks
 # and the job run after the go, as in any container. A standby no restart takes is removed; a
 # docker stop ends the wait.
+#
+# From here until the job's run has its own handler: docker stop's SIGTERM ends the launcher. A
+# PID 1 ignores a signal it has no handler for, and the dns check may wait 30 s for the other
+# instances' names: without this, a stop meanwhile waited for Docker's SIGKILL.
+trap 'exit 143' TERM INT
 if [ "${MA_STANDBY:-0}" = 1 ]; then
-  trap 'exit 143' TERM INT
   open_wake
   until [ -f go ]; do
     if mv -f check .check.taken 2>/dev/null; then
@@ -176,7 +180,6 @@ if [ "${MA_STANDBY:-0}" = 1 ]; then
     await_wake 5
   done
   close_wake
-  trap - TERM INT
 fi
 unset MA_STANDBY
 

@@ -23,12 +23,21 @@ from tests.pytest_env import TEST_LABEL, TMP
 LOW = {"MA_CHECK_ROOT_GB": "0.1", "MA_CHECK_SHM_GB": "0.5", "MA_CHECK_CACHE_GB": "0.1"}
 
 
-def run_launcher(
+def run_launcher(docker_client, env: dict, **kwargs) -> tuple[int, list[str]]:
+    container = start_launcher(docker_client, env, **kwargs)
+    try:
+        code = container.wait(timeout=30)["StatusCode"]
+        return code, container.logs().decode().splitlines()
+    finally:
+        container.remove(force=True)
+
+
+def start_launcher(
     docker_client, env: dict, *, control: Path | None = None, image: str = BUSYBOX, extra_mounts=(), **kwargs
-) -> tuple[int, list[str]]:
+):
     control = control or Path(tempfile.mkdtemp(dir=TMP, prefix="control-"))
     control.chmod(0o755)
-    container = docker_client.containers.run(
+    return docker_client.containers.run(
         image,
         [engine.BUSYBOX, "sh", "-c", LAUNCHER, "launcher"],
         environment={
@@ -52,11 +61,6 @@ def run_launcher(
         detach=True,
         **kwargs,
     )
-    try:
-        code = container.wait(timeout=30)["StatusCode"]
-        return code, container.logs().decode().splitlines()
-    finally:
-        container.remove(force=True)
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +96,24 @@ def test_unresolvable_instance_name_fails_dns(client):
     assert "[env-check] item: dns, result: fail, host name nowhere-worker-9 does not resolve" in lines[-2]
     assert lines[-1] == "[env-check] error,exiting"
     assert "user command ran" not in lines
+
+
+def test_a_stop_during_the_checks_ends_the_container_at_once(client):
+    """PID 1 ignores a signal it has no handler for: without one, docker stop's SIGTERM during
+    the checks (the dns check waits up to 30 s for the other instances' names) was ignored until
+    Docker's SIGKILL, its timeout later (137). The launcher ends on it (143) as soon as the check
+    in hand returns."""
+    container = start_launcher(client, {"MA_VOLCANO_HOSTS": "peer-that-never-comes", "MA_CHECK_DNS_WAIT_S": "120"})
+    try:
+        time.sleep(1)  # its preamble takes milliseconds: then it waits in the dns check (it prints at its end)
+        container.reload()
+        assert container.status == "running" and "[env-check]" not in container.logs().decode()
+        container.stop(timeout=20)  # Docker's SIGKILL only after 20 s: the exit code tells which ended it
+        container.reload()
+        assert container.attrs["State"]["ExitCode"] == 143
+        assert "user command ran" not in container.logs().decode()
+    finally:
+        container.remove(force=True)
 
 
 def test_too_little_disk_fails_with_the_threshold_named(client):
