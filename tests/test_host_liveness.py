@@ -144,3 +144,36 @@ def test_reconcile_pings_every_host_at_once_and_isolates_only_the_lost_one(docke
     isolated = dict(DockerHost.objects.values_list("name", "isolated"))
     assert isolated == {"healthy": False, "gone": True} | {f"slow-{i}": False for i in range(5)}
     assert DockerHost.objects.get(name="healthy").last_seen_at > a_second_ago
+
+
+@pytest.mark.django_db
+def test_the_ping_thread_of_an_engine_no_longer_pinged_ends(docker_client):
+    """One ping thread per engine URL, kept between rounds (its connection with it); once the
+    host is gone (deleted, isolated, its URL changed) the next round lets its thread end."""
+    import time
+
+    from django.conf import settings
+
+    from jobs.models import DockerHost
+    from jobs.runtime import liveness
+    from jobs.runtime.reconcile import check_hosts
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        refused = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+    DockerHost.objects.create(name="healthy", base_url=settings.DEFAULT_DOCKER_URL)
+    gone = DockerHost.objects.create(name="pinged-once", base_url=refused)
+
+    def ping_threads() -> set[str]:
+        return {t.name.rsplit("_", 1)[0] for t in threading.enumerate() if t.name.startswith("ping-")}
+
+    check_hosts()  # the refused one is isolated in this round
+    assert "ping-pinged-once" in ping_threads()
+    assert DockerHost.objects.get(id=gone.id).isolated
+    check_hosts()
+    assert refused not in liveness._pingers
+    deadline = time.monotonic() + 10
+    while "ping-pinged-once" in ping_threads():
+        assert time.monotonic() < deadline, "its thread is still there"
+        time.sleep(0.05)
+    assert "ping-healthy" in ping_threads(), "the engines still pinged keep theirs"

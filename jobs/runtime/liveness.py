@@ -78,6 +78,18 @@ def _pinger(host: DockerHost) -> ThreadPoolExecutor:
         return _pingers[host.base_url]
 
 
+def keep_pingers_of(hosts: Iterable[DockerHost]) -> list[str]:
+    """Let the ping threads of engines no longer among `hosts` (deleted, disabled, isolated, or
+    moved to another URL) end; returns their URLs. Kept, they were one idle thread per URL ever
+    pinged, for the life of the worker. A ping in flight ends on its own timeout."""
+    wanted = {host.base_url for host in hosts}
+    with _pingers_lock:
+        gone = [url for url in _pingers if url not in wanted]
+        for url in gone:
+            _pingers.pop(url).shutdown(wait=False, cancel_futures=True)
+    return gone
+
+
 def answers(hosts: Iterable[DockerHost], *, timeout: int) -> dict[int, engine.EngineError | None]:
     """Ping every host at once; per host id, None if it answered, else why not. Each wait is
     bounded: a ping that outlives its own timeout (an ssh client that hangs) counts as no answer."""

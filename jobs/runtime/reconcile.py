@@ -134,6 +134,7 @@ def check_hosts() -> bool:
 
     hosts = list(DockerHost.objects.filter(enabled=True, isolated=False))
     isolated_any = False
+    liveness.keep_pingers_of(hosts)
     answers = liveness.answers(hosts, timeout=HOST_PING_TIMEOUT_S)
     for host in hosts:
         failure = answers[host.id]
