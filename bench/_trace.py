@@ -44,6 +44,63 @@ if _path:
                     f.write(line)
 
         _dc.APIClient.send = send
+_pool_path = os.environ.get("BENCH_POOL_TRACE")
+if _pool_path:
+    # Every wait for a pooled database connection that took over 2 ms, and by which thread.
+    try:
+        import psycopg_pool as _pp
+    except Exception:
+        _pp = None
+    if _pp is not None:
+        _getconn = _pp.ConnectionPool.getconn
+        _plock = threading.Lock()
+
+        def getconn(self, *args, **kwargs):
+            t0 = time.time_ns()
+            try:
+                return _getconn(self, *args, **kwargs)
+            finally:
+                t1 = time.time_ns()
+                if t1 - t0 > 2_000_000:
+                    thread = threading.current_thread().name
+                    with _plock, open(_pool_path, "a") as f:
+                        f.write(f"{t0} {t1} {thread}\\n")
+
+        _pp.ConnectionPool.getconn = getconn
+_hold_path = os.environ.get("BENCH_POOL_HOLDS")
+if _hold_path:
+    # Every pooled connection held over 20 ms: for how long, by which thread, taken where.
+    import traceback as _tb
+    try:
+        import psycopg_pool as _pp2
+    except Exception:
+        _pp2 = None
+    if _pp2 is not None:
+        _get2, _put2 = _pp2.ConnectionPool.getconn, _pp2.ConnectionPool.putconn
+        _held = {}
+        _hlock = threading.Lock()
+
+        def getconn2(self, *args, **kwargs):
+            conn = _get2(self, *args, **kwargs)
+            where = " < ".join(
+                f"{f.name}:{os.path.basename(f.filename)}:{f.lineno}"
+                for f in reversed(_tb.extract_stack(limit=14)[:-1])
+                if "site-packages" not in f.filename and "sitecustomize" not in f.filename
+            )
+            _held[id(conn)] = (time.time_ns(), threading.current_thread().name, where)
+            return conn
+
+        def putconn2(self, conn, *args, **kwargs):
+            got = _held.pop(id(conn), None)
+            if got is not None:
+                held = time.time_ns() - got[0]
+                if held > 20_000_000:
+                    with _hlock, open(_hold_path, "a") as f:
+                        f.write(f"{got[0]} {held // 1000} {got[1]} {got[2]}\\n")
+            return _put2(self, conn, *args, **kwargs)
+
+        _pp2.ConnectionPool.getconn = getconn2
+        _pp2.ConnectionPool.putconn = putconn2
 """
 
 

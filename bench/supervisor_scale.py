@@ -188,8 +188,11 @@ def restart_latency(client, job_id: str) -> float:
         attempt__job_id=job_id, state=TaskRun.State.RUNNING, attempt__state="running"
     )
     number = run.attempt.number
+    container = client.containers.get(run.container_id)
     t0 = time.monotonic()
-    client.containers.get(run.container_id).kill()
+    killed_at = time.time()
+    container.kill()
+    KILLED[job_id] = (killed_at, time.time(), number)
     wait(
         lambda: TaskRun.objects.filter(
             attempt__job_id=job_id, attempt__number__gt=number, state=TaskRun.State.RUNNING
@@ -197,7 +200,72 @@ def restart_latency(client, job_id: str) -> float:
         120,
         f"job {job_id} restarted",
     )
+    SEEN[job_id] = time.time()
     return time.monotonic() - t0
+
+
+def pool_waits(path: Path, start: float, end: float) -> list[float]:
+    """The worker's waits for a pooled database connection (over 2 ms) that began in the window, ms."""
+    out = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            parts = line.split(" ", 2)
+            if len(parts) == 3 and start <= int(parts[0]) / 1e9 <= end:
+                out.append((int(parts[1]) - int(parts[0])) / 1e6)
+    return out
+
+
+KILLED: dict[str, tuple[float, float, int]] = {}  # job id -> wall times around the kill, the attempt
+SEEN: dict[str, float] = {}  # job id -> wall time the bench saw the next attempt's run running
+
+
+def restart_breakdown(trace_path: Path, job_ids: list[str]) -> dict[str, list[float]]:
+    """Where each restart's time went (ms), from the engine's FinishedAt, the database's timestamps
+    and the worker's traced Docker calls: the kill, the follower's look at the ended container and
+    its last read of the log, the decision, the look-up of the armed standby, the take-over."""
+    from jobs.models import Attempt, TaskRun
+
+    calls = []  # (start, end, path) of the worker's container calls
+    if trace_path.exists():
+        for line in trace_path.read_text().splitlines():
+            parts = line.split(" ", 5)
+            if len(parts) == 6 and "/containers/" in parts[5]:
+                calls.append((int(parts[0]) / 1e9, int(parts[1]) / 1e9, parts[5].split("?")[0]))
+    out: dict[str, list[float]] = {}
+    for job_id in job_ids:
+        if job_id not in KILLED or job_id not in SEEN:
+            continue
+        killed_at, kill_returned, number = KILLED[job_id]
+        dead = TaskRun.objects.filter(attempt__job_id=job_id, attempt__number=number, index=0).first()
+        ended = Attempt.objects.filter(job_id=job_id, number=number).first()
+        nxt = (
+            TaskRun.objects.select_related("attempt").filter(attempt__job_id=job_id, attempt__number=number + 1).first()
+        )
+        if not (dead and dead.ended_at and ended and ended.ended_at and nxt and nxt.attempt.started_at):
+            continue
+        exit_at = dead.ended_at.timestamp()
+        on_dead = [c for c in calls if dead.container_id in c[2] and c[0] >= exit_at - 0.05]
+        looked = min((c[0] for c in on_dead), default=None)
+        last_read = max((c[1] for c in on_dead if c[1] <= ended.ended_at.timestamp()), default=None)
+        lookup = next(
+            (c for c in calls if c[2].endswith(f"/containers/{nxt.container_name}/json") and c[0] >= exit_at), None
+        )
+        if looked is None or last_read is None or lookup is None:
+            continue
+        marks = [
+            ("kill call", killed_at, kill_returned),
+            ("kill returned -> exit", kill_returned, exit_at),
+            ("exit -> follower's look", exit_at, looked),
+            ("look + last read of the log", looked, last_read),
+            ("-> attempt decided", last_read, ended.ended_at.timestamp()),
+            ("decided -> standby looked up", ended.ended_at.timestamp(), lookup[0]),
+            ("standby look-up", lookup[0], lookup[1]),
+            ("take-over -> running", lookup[1], nxt.attempt.started_at.timestamp()),
+            ("running -> seen", nxt.attempt.started_at.timestamp(), SEEN[job_id]),
+        ]
+        for what, a, b in marks:
+            out.setdefault(what, []).append((b - a) * 1000)
+    return out
 
 
 BARE_TICKER = "trap 'exit 0' TERM; " + TICKER.replace("sleep 1", "sleep 1 & wait $!")
@@ -271,6 +339,8 @@ def main() -> int:
     stack = Stack(args.database, keep_db=args.keep_db)
     trace_path = enable_docker_trace(stack)
     os.environ["BENCH_STOP_TRACE"] = os.path.join(stack.tmp, "stop-trace.log")
+    pool_trace = Path(stack.tmp, "pool-trace.log")
+    os.environ["BENCH_POOL_TRACE"] = str(pool_trace)
     with stack:
         pid = worker_pid(stack)
         time.sleep(2)
@@ -295,7 +365,9 @@ def main() -> int:
             idle1, total1 = machine_ticks()
             machine_idle = 100 * (idle1 - idle0) / max(1, total1 - total0)
             now = status(pid)
+            window = (time.time(), None)
             kills = [restart_latency(client, job_id) for job_id in running[: args.probes]]
+            window = (window[0], time.time())
             if os.environ.get("CONSOLE_STANDBY_CONTAINERS", "1") != "0":
                 # The restarted jobs' next standbys are made STANDBY_AFTER_S later: the stops are
                 # measured once they are there again (with 20 probes, their creates fell into the
@@ -304,6 +376,7 @@ def main() -> int:
             stops = [settled_stop(stack, client, job_id) for job_id in running[-args.probes :]]
             bare = sorted(bare_stop_latency(client, stack) for _ in range(args.probes))
             parts = stop_breakdown(trace_path, running[-args.probes :])
+            restart_parts = restart_breakdown(trace_path, running[: args.probes])
             del running[-args.probes :]
             rss_per = (now["VmRSS"] - idle["VmRSS"]) / 1024 / len(running)
             rows.append(
@@ -320,6 +393,8 @@ def main() -> int:
                     "bare_stop": bare,
                     "restart": sorted(kills),
                     "stop_parts": parts,
+                    "restart_parts": restart_parts,
+                    "pool_waits": pool_waits(pool_trace, *window),
                 }
             )
             r = rows[-1]
@@ -335,6 +410,14 @@ def main() -> int:
             )
             for what, values in parts.items():
                 print(f"      stop: {what:<30} " + " ".join(f"{v:6.0f}" for v in values) + " ms", flush=True)
+            waits = r["pool_waits"]
+            print(
+                f"      waits for a pooled database connection over 2 ms during the restarts: "
+                f"{len(waits)} ({sum(waits):.0f} ms in all, the longest {max(waits, default=0):.0f} ms)",
+                flush=True,
+            )
+            for what, values in restart_parts.items():
+                print(f"      restart: {what:<30} " + " ".join(f"{v:6.0f}" for v in values) + " ms", flush=True)
         for job_id in running:
             stack.api("POST", f"/training-jobs/{job_id}/actions", json={"action_type": "terminate"})
         from jobs.models import FINAL_PHASES, TrainingJob
@@ -345,6 +428,8 @@ def main() -> int:
         troubles = worker_troubles(stack)
         if args.trace_copy:
             shutil.copyfile(trace_path, args.trace_copy)
+            if pool_trace.exists():
+                shutil.copyfile(pool_trace, args.trace_copy + ".pool")
 
     print(f"\nDocker {client.version()['Version']}, {os.cpu_count()} CPUs, one worker process; ms")
     print(

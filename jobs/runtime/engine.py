@@ -6,13 +6,8 @@
   its host) refused or could not answer.
 - Clients per thread and host, containers, networks, volumes and mounts: the runtime holds the
   SDK's objects only as handles it passes back here (reading `.id`, `.name`, `.status`, `.attrs`).
-- The runtime tools: a static busybox of the console's own, bind-mounted read-only
-  at `/.console/bin` in every job container. The launcher runs on it (as root, before
-  it drops to ma-user for the user's command), and every exec the console runs uses
-  its `timeout`, so no control path depends on what the job's image contains.
-- The control dir: one host folder per container, bound at `/.console/run`, written by
-  the launcher (root) and by the console, never by the job (uid 1000 cannot write it).
-  It is the trusted channel of docs/decisions.md ("A trusted control channel").
+- The runtime tools and the control dir (the trusted channel) are host folders beside the API:
+  jobs/runtime/control.py, whose functions are named here too.
 - `exec_bounded`: a `docker exec` with a timeout enforced inside the container (the
   tools' `timeout`) and on the socket, whose output is read up to a cap.
 """

@@ -24,7 +24,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from django.conf import settings
-from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
@@ -32,6 +31,7 @@ from console import realtime
 from jobs.models import TaskRun
 
 from . import engine
+from .acks import acknowledge
 from .logrecords import NEWLINE_SIGN, LogLine, encode_record, iter_records, read_tail
 
 log = logging.getLogger(__name__)
@@ -389,44 +389,6 @@ class Follower:
             if on_tick is not None and not ended:
                 on_tick(task_run, bool(new_lines))
         self.close_stream()
-
-
-_ACK_SQL: str | None = None
-
-
-def acknowledge(task_run_id: int, token: uuid.UUID, state: dict) -> int:
-    """Write a follower's acknowledged length (and its heartbeat) when it still holds the run;
-    returns the rows written (0: ownership lost). The statement every line of every followed
-    instance makes: raw SQL, not the ORM's update(), which spent twice its CPU compiling
-    (646 µs against 350 µs a line beside 200 followers)."""
-    global _ACK_SQL
-    if _ACK_SQL is None:
-        meta, quote = TaskRun._meta, connection.ops.quote_name
-
-        def column(name: str) -> str:
-            return quote(meta.get_field(name).column)
-
-        assignments = ", ".join(
-            f"{column(name)} = %s"
-            for name in ("log_lines", "log_bytes", "log_last_ts_ns", "log_last_ts_count", "follower_heartbeat")
-        )
-        owned = f"{column('id')} = %s AND {column('follower_token')} = %s"
-        _ACK_SQL = f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {owned}"
-    token_value = TaskRun._meta.get_field("follower_token").get_db_prep_value(token, connection)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _ACK_SQL,
-            [
-                state["lines"],
-                state["bytes"],
-                state["last_ts"],
-                state["last_ts_count"],
-                connection.ops.adapt_datetimefield_value(timezone.now()),
-                task_run_id,
-                token_value,
-            ],
-        )
-        return cursor.rowcount
 
 
 def push_lines(task_run: TaskRun, lines: list[LogLine]) -> None:
