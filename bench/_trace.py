@@ -67,9 +67,45 @@ if _pool_path:
                         f.write(f"{t0} {t1} {thread}\\n")
 
         _pp.ConnectionPool.getconn = getconn
+_gc_path = os.environ.get("BENCH_GC_TRACE")
+if _gc_path:
+    # Every garbage collection over 5 ms: when, which generation, how long (it holds the GIL).
+    import gc as _gc
+    _gc_started = [0]
+
+    def _gc_callback(phase, info):
+        if phase == "start":
+            _gc_started[0] = time.perf_counter_ns()
+        else:
+            took = time.perf_counter_ns() - _gc_started[0]
+            if took > 5_000_000:
+                with open(_gc_path, "a") as f:
+                    gen, got = info.get("generation"), info.get("collected")
+                    f.write(f"{time.time_ns()} {gen} {took // 1000} {got} {os.getpid()}\\n")
+
+    _gc.callbacks.append(_gc_callback)
+_census_path = os.environ.get("BENCH_GC_CENSUS")
+if _census_path:
+    # Every 60 s: the objects the collector tracks (frozen ones apart), by type (set by hand: each
+    # census walks every object, a pause of its own).
+    import collections as _collections
+    import gc as _gc2
+
+    def _census():
+        while True:
+            time.sleep(60)
+            objs = _gc2.get_objects()
+            top = _collections.Counter(type(o).__qualname__ for o in objs).most_common(25)
+            with open(_census_path, "a") as f:
+                frozen, threads = _gc2.get_freeze_count(), threading.active_count()
+                f.write(f"{os.getpid()} {len(objs)} frozen={frozen} threads={threads} {top}\\n")
+            del objs
+
+    threading.Thread(target=_census, daemon=True, name="bench-census").start()
 _hold_path = os.environ.get("BENCH_POOL_HOLDS")
 if _hold_path:
-    # Every pooled connection held over 20 ms: for how long, by which thread, taken where.
+    # Every pooled connection held over 20 ms: for how long, by which thread, taken where. Set
+    # by hand (BENCH_POOL_HOLDS=/path in the bench's environment): it costs a stack per checkout.
     import traceback as _tb
     try:
         import psycopg_pool as _pp2

@@ -241,7 +241,8 @@ def restart_breakdown(trace_path: Path, job_ids: list[str]) -> dict[str, list[fl
         nxt = (
             TaskRun.objects.select_related("attempt").filter(attempt__job_id=job_id, attempt__number=number + 1).first()
         )
-        if not (dead and dead.ended_at and ended and ended.ended_at and nxt and nxt.attempt.started_at):
+        known = dead and dead.container_id and dead.ended_at and ended and ended.ended_at
+        if not (known and nxt and nxt.attempt.started_at):
             continue
         exit_at = dead.ended_at.timestamp()
         on_dead = [c for c in calls if dead.container_id in c[2] and c[0] >= exit_at - 0.05]
@@ -373,7 +374,9 @@ def main() -> int:
                 # measured once they are there again (with 20 probes, their creates fell into the
                 # stops' window and doubled the stop p50 at 200).
                 wait(lambda: standbys_made(client, running), 120, "the restarted jobs' standbys", 0.5)
+            stop_window = (time.time(), None)
             stops = [settled_stop(stack, client, job_id) for job_id in running[-args.probes :]]
+            stop_window = (stop_window[0], time.time())
             bare = sorted(bare_stop_latency(client, stack) for _ in range(args.probes))
             parts = stop_breakdown(trace_path, running[-args.probes :])
             restart_parts = restart_breakdown(trace_path, running[: args.probes])
@@ -395,6 +398,7 @@ def main() -> int:
                     "stop_parts": parts,
                     "restart_parts": restart_parts,
                     "pool_waits": pool_waits(pool_trace, *window),
+                    "stop_pool_waits": pool_waits(pool_trace, *stop_window),
                 }
             )
             r = rows[-1]
@@ -410,12 +414,12 @@ def main() -> int:
             )
             for what, values in parts.items():
                 print(f"      stop: {what:<30} " + " ".join(f"{v:6.0f}" for v in values) + " ms", flush=True)
-            waits = r["pool_waits"]
-            print(
-                f"      waits for a pooled database connection over 2 ms during the restarts: "
-                f"{len(waits)} ({sum(waits):.0f} ms in all, the longest {max(waits, default=0):.0f} ms)",
-                flush=True,
-            )
+            for during, waits in (("restarts", r["pool_waits"]), ("stops", r["stop_pool_waits"])):
+                print(
+                    f"      waits for a pooled database connection over 2 ms during the {during}: "
+                    f"{len(waits)} ({sum(waits):.0f} ms in all, the longest {max(waits, default=0):.0f} ms)",
+                    flush=True,
+                )
             for what, values in restart_parts.items():
                 print(f"      restart: {what:<30} " + " ".join(f"{v:6.0f}" for v in values) + " ms", flush=True)
         for job_id in running:

@@ -18,6 +18,13 @@ from tests.conftest import BUSYBOX
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture
+def writer():
+    writer = acks.AckWriter()
+    yield writer
+    writer.close()  # its thread ends and closes its connection
+
+
 def followed_runs(demo, count: int) -> list[TaskRun]:
     job = TrainingJob.objects.create(workspace=demo.workspace, created_by=demo.owner, name="acks", image=BUSYBOX)
     attempt = Attempt.objects.create(job=job, number=1)
@@ -55,7 +62,7 @@ def test_one_statement_writes_a_batch_and_a_follower_that_lost_its_run_is_told_s
         assert row.follower_heartbeat is not None
 
 
-def test_followers_acknowledging_at_once_share_statements_and_each_gets_its_own_answer(demo, monkeypatch):
+def test_followers_acknowledging_at_once_share_statements_and_each_gets_its_own_answer(demo, monkeypatch, writer):
     runs = followed_runs(demo, 60)
     sizes: list[int] = []
     write = acks.write
@@ -65,7 +72,6 @@ def test_followers_acknowledging_at_once_share_statements_and_each_gets_its_own_
         write(batch)
 
     monkeypatch.setattr(acks, "write", counted)
-    writer = acks.AckWriter()
     start = threading.Barrier(len(runs))
     answers: dict[int, int] = {}
 
@@ -93,23 +99,45 @@ def test_followers_acknowledging_at_once_share_statements_and_each_gets_its_own_
     assert lines == {run.id: 0 if run is stranger else 5 for run in runs}
 
 
-def test_an_injected_database_error_reaches_every_follower_of_the_batch_and_the_writer_goes_on(demo, monkeypatch):
+def test_a_row_the_database_refuses_fails_only_its_own_follower(demo, writer):
+    runs = followed_runs(demo, 3)
+    batch = [acks._Ack(run.id, run.follower_token, acks._values(state(5))) for run in runs]
+    batch[1].values = (2**31, *batch[1].values[1:])  # past the column's integer: a real DataError
+    acks.write_or_isolate(batch)
+    assert [ack.written for ack in batch] == [1, 0, 1]
+    assert isinstance(batch[1].error, DatabaseError) and batch[0].error is None and batch[2].error is None
+    assert [TaskRun.objects.get(id=run.id).log_lines for run in runs] == [5, 0, 5]
+
+    # Through the writer's thread: the follower gets its own error, the others their answers.
+    with pytest.raises(acks.AckNotWritten, match="out of range"):
+        writer.acknowledge(runs[1].id, runs[1].follower_token, state(2**31))
+    assert writer.acknowledge(runs[2].id, runs[2].follower_token, state(6)) == 1
+
+
+def test_a_batch_whose_statement_fails_by_injection_is_written_row_by_row(demo, monkeypatch, writer):
     runs = followed_runs(demo, 2)
-    writer = acks.AckWriter()
-    write = acks.write
     failed = []
 
-    def failing_once(batch):  # an injected database error, then the real write
-        if not failed:
-            failed.append(len(batch))
-            raise DatabaseError("injected: the connection broke")
-        write(batch)
+    def failing(batch):  # the batch's statement fails (injected); the rows one by one are real
+        failed.append(len(batch))
+        raise DatabaseError("injected: the connection broke")
 
-    monkeypatch.setattr(acks, "write", failing_once)
-    with pytest.raises(DatabaseError, match="injected"):
-        writer.acknowledge(runs[0].id, runs[0].follower_token, state(1))
-    assert writer.acknowledge(runs[1].id, runs[1].follower_token, state(2)) == 1
-    assert TaskRun.objects.get(id=runs[1].id).log_lines == 2
+    monkeypatch.setattr(acks, "write", failing)
+    assert writer.acknowledge(runs[0].id, runs[0].follower_token, state(1)) == 1
+    assert writer.acknowledge(runs[1].id, uuid.uuid4(), state(2)) == 0  # not its run: told so
+    assert failed == [1, 1]
+    assert TaskRun.objects.get(id=runs[0].id).log_lines == 1
+
+
+def test_a_writer_whose_thread_ended_starts_another(demo, writer):
+    runs = followed_runs(demo, 1)
+    assert writer.acknowledge(runs[0].id, runs[0].follower_token, state(1)) == 1
+    ended = threading.Thread(target=lambda: None)
+    ended.start()
+    ended.join()
+    writer._thread = ended  # as if the thread had died
+    assert writer.acknowledge(runs[0].id, runs[0].follower_token, state(2)) == 1
+    assert writer._thread is not ended and writer._thread.is_alive()
 
 
 def test_inside_a_transaction_the_acknowledgement_is_the_transactions_own(demo):

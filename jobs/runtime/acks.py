@@ -22,7 +22,8 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 
-from django.db import connection
+from django.conf import settings
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from jobs.models import TaskRun
@@ -32,7 +33,6 @@ from . import dbpool
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 500  # rows in one statement (7 parameters each)
-ANSWER_WAIT_S = 120.0  # a database that does not answer in this time fails the follower (re-adopted)
 
 FIELDS = ("log_lines", "log_bytes", "log_last_ts_ns", "log_last_ts_count", "follower_heartbeat")
 
@@ -100,33 +100,78 @@ def write(batch: list[_Ack]) -> None:
             ack.written = acknowledge_one(ack.task_run_id, ack.token, ack.values)
 
 
+class AckNotWritten(DatabaseError):
+    """A follower's acknowledgement could not be written (its cause chained): the follower fails
+    as its own query would have, and its run is adopted again."""
+
+
+def _close_quietly() -> None:
+    try:
+        connection.close()  # a broken connection is not taken again
+    except Exception:
+        log.exception("closing the acknowledgement writer's connection failed")
+
+
+def write_or_isolate(batch: list[_Ack]) -> None:
+    """Write the batch; should its statement fail (a connection that broke, a row the database
+    refuses, a deadlock with another statement on these rows), write the rows one by one, so
+    that only a follower whose own row fails gets the error (and a broken connection is not
+    used again)."""
+    try:
+        write(batch)
+        return
+    except Exception as exc:
+        log.warning("writing %d acknowledgements together failed, one by one now: %s", len(batch), exc)
+        _close_quietly()
+    for ack in batch:
+        try:
+            ack.written = acknowledge_one(ack.task_run_id, ack.token, ack.values)
+        except Exception as exc:
+            ack.error = exc
+            _close_quietly()
+
+
 class AckWriter:
-    """The process's writer of acknowledgements: a thread, started with the first one."""
+    """The process's writer of acknowledgements: a thread, started with the first one (and
+    again, should it ever have ended)."""
 
     def __init__(self) -> None:
         self._pending: list[_Ack] = []
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
-        self.pid = os.getpid()
+        self._closing = False
 
     def acknowledge(self, task_run_id: int, token: uuid.UUID, state: dict) -> int:
-        """Queue one follower's acknowledgement and wait for it: the rows written (0: lost)."""
+        """Queue one follower's acknowledgement and wait for it: the rows written (0: lost).
+        Waits at most FOLLOWER_STALE_AFTER_S: later, another worker may have adopted the run."""
         ack = _Ack(task_run_id, token, _values(state))
         with self._cond:
             self._pending.append(ack)
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._write_forever, name="ack-writer", daemon=True)
                 self._thread.start()
             self._cond.notify()
-        if not ack.done.wait(ANSWER_WAIT_S):
-            raise TimeoutError(f"task run {task_run_id}'s acknowledgement not written within {ANSWER_WAIT_S:g} s")
+        wait_s = settings.FOLLOWER_STALE_AFTER_S
+        if not ack.done.wait(wait_s):
+            # Written later, it matches nothing: this follower releases its run (token NULL) or
+            # another holds it by then.
+            raise AckNotWritten(f"task run {task_run_id}'s acknowledgement not written within {wait_s:g} s")
         if ack.error is not None:
-            raise ack.error
+            # Its own exception in each thread: one shared object would gather every thread's frames.
+            raise AckNotWritten(f"task run {task_run_id}'s acknowledgement: {ack.error}") from ack.error
         return ack.written
+
+    def close(self) -> None:
+        """End the thread once nothing waits (a test's writer; a worker's lives as long as it)."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(10)
 
     def _take(self) -> list[_Ack]:
         with self._cond:
-            while not self._pending:
+            while not self._pending and not self._closing:
                 self._cond.wait()
             batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
             return batch
@@ -134,31 +179,45 @@ class AckWriter:
     def _write_forever(self) -> None:
         while True:
             batch = self._take()
+            if not batch:  # closing
+                _close_quietly()
+                return
             try:
-                write(batch)
-            except Exception as exc:  # each follower raises it, as its own query would have
+                write_or_isolate(batch)
+            except Exception as exc:  # nothing may end this thread: every follower waits on it
+                log.exception("writing acknowledgements failed")
                 for ack in batch:
-                    ack.error = exc
-                connection.close()  # a broken connection is not taken again
-                log.warning("writing %d acknowledgements failed: %s", len(batch), exc)
+                    ack.error = ack.error or exc
             finally:
                 for ack in batch:
                     ack.done.set()
             with self._cond:
                 idle = not self._pending
             if idle:
-                dbpool.release_connection_if_pooled()  # kept while the next batch waits already
+                try:
+                    dbpool.release_connection_if_pooled()  # kept while the next batch waits already
+                except Exception:
+                    log.exception("giving the acknowledgement writer's connection back failed")
 
 
 _writer: AckWriter | None = None
 _writer_lock = threading.Lock()
 
 
+def _forget_after_fork() -> None:
+    # A forked child has neither the parent's writer thread nor, safely, its lock.
+    global _writer, _writer_lock
+    _writer, _writer_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def local_writer() -> AckWriter:
-    """This process's writer (a forked child makes its own: the parent's thread is not in it)."""
+    """This process's writer."""
     global _writer
     with _writer_lock:
-        if _writer is None or _writer.pid != os.getpid():
+        if _writer is None:
             _writer = AckWriter()
         return _writer
 
