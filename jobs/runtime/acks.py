@@ -1,7 +1,8 @@
 """A worker's followers acknowledge their logs together: one statement for all of them.
 
 Every follower writes, for each batch of lines it persisted (and once a heartbeat when there is
-none), how far its log file is acknowledged and that it still holds its run (logs.acknowledge).
+none), how far its log file is acknowledged and that it still holds its run (`acknowledge`
+below, called from logs.Follower._pump).
 Made by each follower on a pooled connection of its own, that was 200 checkouts and 200
 statements a second beside 200 instances, each holding its connection while it waited for the
 GIL: the worker's 20 connections stayed taken, and a stop's or a restart's queries waited behind
