@@ -394,6 +394,104 @@ def test_the_high_availability_step_says_what_happens_if(demo, new_page):  # noq
     assert not TrainingJob.objects.exists()  # looking creates nothing
 
 
+def test_a_press_on_next_lands_though_leaving_a_field_redraws_the_table_above_it(demo, new_page):  # noqa: F811
+    """Pressing Next is what leaves the field: the field's messages and the what-if table above
+    the buttons come back while the button is held. A table a few lines shorter moved Next out
+    from under the pointer, the release landed beside it and the click was lost (a full run
+    stayed on this step). The press is held here until the table's answer has come."""
+    page = new_page()
+    log_in(page, "owner", "owner-password")
+    open_wizard(page)
+    page.get_by_role("button", name=re.compile("High availability")).click()
+    section = step(page, "High availability")
+    section.get_by_label("Fault tolerance (automatic restart)").check()
+    section.get_by_label("Max restarts").fill("40")
+    section.get_by_label("Max restarts").blur()
+    table = section.locator("#whatif")
+    expect(table.locator("tr[data-class='transient']")).to_contain_text("1 of 40 restarts")
+    htmx_idle(page)
+
+    section.get_by_label("Max restarts").fill("2")  # a shorter table: Next moves up once it is drawn
+    next_button = page.locator(".wizard-actions").get_by_role("button", name="Next")
+    next_button.scroll_into_view_if_needed()
+    box = next_button.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    with page.expect_response(re.compile(r"/what-happens/$")):
+        page.mouse.down()  # focus leaves Max restarts: the table is asked for again
+    page.wait_for_timeout(300)  # its answer is in the page while the button is still held
+    page.mouse.up()
+    section = step(page, "Access")
+
+    # The held answer was not lost either: back on the step, the table is the one for 2.
+    page.get_by_role("button", name=re.compile("High availability")).click()
+    section = step(page, "High availability")
+    expect(section.get_by_label("Max restarts")).to_have_value("2")
+    expect(section.locator("#whatif tr[data-class='transient']")).to_contain_text("1 of 2 restarts")
+
+
+def test_a_table_answer_held_during_a_press_elsewhere_is_drawn_when_it_ends(demo, new_page):  # noqa: F811
+    """A press that is not on a button (text being selected) holds the table's answer only
+    until it ends; the table drawn then still follows the switches."""
+    page = new_page()
+    log_in(page, "owner", "owner-password")
+    open_wizard(page)
+    page.get_by_role("button", name=re.compile("High availability")).click()
+    section = step(page, "High availability")
+    section.get_by_label("Fault tolerance (automatic restart)").check()
+    table = section.locator("#whatif")
+    expect(table.locator("tr[data-class='transient']")).to_contain_text("1 of 3 restarts")
+    htmx_idle(page)
+    section.get_by_label("Max restarts").fill("7")
+    intro = section.locator(".step-intro")
+    intro.scroll_into_view_if_needed()
+    box = intro.bounding_box()
+    page.mouse.move(box["x"] + 5, box["y"] + box["height"] / 2)
+    with page.expect_response(re.compile(r"/what-happens/$")):
+        page.mouse.down()
+    page.wait_for_timeout(300)
+    expect(table.locator("tr[data-class='transient']")).to_contain_text("1 of 3 restarts")  # held
+    page.mouse.up()
+    expect(table.locator("tr[data-class='transient']")).to_contain_text("1 of 7 restarts")
+    htmx_idle(page)
+    section.get_by_label("Max restarts").fill("5")  # the table drawn late still answers changes
+    section.get_by_label("Max restarts").blur()
+    expect(table.locator("tr[data-class='transient']")).to_contain_text("1 of 5 restarts")
+
+
+def test_the_table_follows_the_last_change_while_an_earlier_answer_is_on_its_way(demo, new_page):  # noqa: F811
+    """A change made while the table's previous answer is still coming replaces that request.
+    Queued behind it instead, the new request belonged to the table the old answer replaced and
+    was never sent: the table stayed drawn for the switches before the last change."""
+    page = new_page()
+    log_in(page, "owner", "owner-password")
+    open_wizard(page)
+    page.get_by_role("button", name=re.compile("High availability")).click()
+    section = step(page, "High availability")
+    held = []
+
+    def hold_the_first(route):
+        if not held:
+            held.append(route)  # answered below, after the next change
+        else:
+            route.continue_()
+
+    page.route(re.compile(r"/what-happens/$"), hold_the_first)
+    section.get_by_label("Fault tolerance (automatic restart)").check()
+    for _ in range(100):  # route handlers run while the page is waited on, not during a sleep
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert held
+    section.get_by_label("Max restarts").fill("40")
+    section.get_by_label("Max restarts").blur()
+    page.wait_for_timeout(300)
+    try:
+        held[0].continue_()
+    except Exception:  # noqa: BLE001 - the page gave up on that request: what this test expects
+        pass
+    expect(section.locator("#whatif tr[data-class='transient']")).to_contain_text("1 of 40 restarts")
+
+
 def test_the_defaults_alone_make_a_job_that_runs(demo, new_page, docker_client):  # noqa: F811
     """A user who opens the wizard and submits at once gets a job that completes: the default
     image and command agree."""

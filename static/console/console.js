@@ -135,6 +135,39 @@ document.addEventListener("htmx:afterSwap", function (event) {
       source: el, target: "#errors-" + name, swap: "outerHTML",
     });
   });
+  // A press on the wizard (pointer down .. click) must not have the page move under it. Leaving
+  // a field is part of pressing Next: the field's messages and the what-if table are asked for
+  // again and come back while the button is still held, and a table a few lines shorter moved
+  // Next away from the pointer, so the release landed beside it and the click was lost. Those
+  // answers are drawn once the press has ended (after its click: the pointerup's task ends
+  // with it); the wizard's own swap replaces them all and is never held.
+  let pressedAt = 0;
+  let held = [];
+  const PRESS_HOLDS_AT_MOST_MS = 5000;  // a release the page never saw (outside the window)
+  function drawHeld() {
+    pressedAt = 0;
+    const answers = held;
+    held = [];
+    answers.forEach(function (answer) {
+      if (answer.target.isConnected) htmx.swap(answer.target, answer.content, { swapStyle: "outerHTML", swapDelay: 0, settleDelay: 20 });
+    });
+  }
+  document.addEventListener("pointerdown", function (event) {
+    if (event.target.closest && event.target.closest("#wizard")) pressedAt = Date.now();
+  }, true);
+  ["pointerup", "pointercancel"].forEach(function (type) {
+    document.addEventListener(type, function () { if (pressedAt) setTimeout(drawHeld, 0); }, true);
+  });
+  window.addEventListener("blur", function () { if (pressedAt) drawHeld(); });
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    const detail = event.detail;
+    const target = detail.target;
+    if (!pressedAt || Date.now() - pressedAt > PRESS_HOLDS_AT_MOST_MS || !detail.shouldSwap) return;
+    if (!target || target.id === "wizard" || !target.closest || !target.closest("#wizard")) return;
+    detail.shouldSwap = false;
+    held = held.filter(function (answer) { return answer.target !== target; });  // the latest answer wins
+    held.push({ target: target, content: detail.serverResponse });
+  });
   // A field's box shows it has messages (its input's red border) as they come and go.
   document.addEventListener("htmx:afterSettle", function (event) {
     const wizard = document.getElementById("wizard");
