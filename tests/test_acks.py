@@ -132,12 +132,19 @@ def test_a_batch_whose_statement_fails_by_injection_is_written_row_by_row(demo, 
 def test_a_writer_whose_thread_ended_starts_another(demo, writer):
     runs = followed_runs(demo, 1)
     assert writer.acknowledge(runs[0].id, runs[0].follower_token, state(1)) == 1
+    first = writer._thread
     ended = threading.Thread(target=lambda: None)
     ended.start()
     ended.join()
     writer._thread = ended  # as if the thread had died
     assert writer.acknowledge(runs[0].id, runs[0].follower_token, state(2)) == 1
-    assert writer._thread is not ended and writer._thread.is_alive()
+    second = writer._thread
+    assert second is not ended and second.is_alive()
+    # Closing ends every thread that waits for work, the replaced one too (a single wake-up
+    # once reached only one of them, and the close waited 10 s for the other).
+    writer.close()
+    first.join(5)
+    assert not first.is_alive() and not second.is_alive()
 
 
 def test_inside_a_transaction_the_acknowledgement_is_the_transactions_own(demo):

@@ -166,7 +166,7 @@ class AckWriter:
         """End the thread once nothing waits (a test's writer; a worker's lives as long as it)."""
         with self._cond:
             self._closing = True
-            self._cond.notify()
+            self._cond.notify_all()  # every thread that ever wrote for it (a replaced one may still wait)
         if self._thread is not None:
             self._thread.join(10)
 
