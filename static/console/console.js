@@ -1,3 +1,55 @@
+// While a pointer is pressed, nothing the server sends moves the page under it. A click is
+// the press and the release on one element: an answer drawn in between that moves the element
+// away, or replaces it (a socket's fragment redrawn, even unchanged), sends the click to the
+// common parent and it is lost. What would be drawn meanwhile waits, in order, until just
+// after the release (its click included: pointerup's task dispatches it), or 5 s at most (a
+// release the page never saw, outside the window).
+const pressGuard = (function () {
+  const HOLD_AT_MOST_MS = 5000;
+  let pressedAt = 0;
+  let held = [];  // [key, draw] in arrival order
+  function release() {
+    pressedAt = 0;
+    const draws = held;
+    held = [];
+    draws.forEach(function (entry) { entry[1](); });
+  }
+  document.addEventListener("pointerdown", function () { pressedAt = Date.now(); }, true);
+  ["pointerup", "pointercancel"].forEach(function (type) {
+    document.addEventListener(type, function () { if (pressedAt) setTimeout(release, 0); }, true);
+  });
+  window.addEventListener("blur", function () { if (pressedAt) release(); });
+  return {
+    pressing: function () {
+      if (pressedAt && Date.now() - pressedAt > HOLD_AT_MOST_MS) release();
+      return pressedAt !== 0;
+    },
+    // key: a later draw with the same key replaces the earlier one (null: every one is kept).
+    hold: function (key, draw) {
+      if (key !== null) held = held.filter(function (entry) { return entry[0] !== key; });
+      held.push([key, draw]);
+    },
+  };
+})();
+
+// A socket's message during a press: held whole and replayed as the ws extension would draw it
+// (its fragments swapped by id, out of band), with its before/after events for the listeners
+// below (the log pane's follow state, the opened stacks). Registered first, so a held message
+// reaches none of them until it is drawn.
+document.addEventListener("htmx:wsBeforeMessage", function (event) {
+  if (event.detail.replayed || !pressGuard.pressing()) return;
+  event.preventDefault();
+  event.stopImmediatePropagation();
+  const socketElt = event.target;
+  const message = event.detail.message;
+  pressGuard.hold(null, function () {
+    if (!socketElt.isConnected) return;
+    htmx.trigger(socketElt, "htmx:wsBeforeMessage", { message: message, replayed: true });
+    htmx.swap(socketElt, message, { swapStyle: "none", swapDelay: 0, settleDelay: 0 }, { contextElement: socketElt });
+    htmx.trigger(socketElt, "htmx:wsAfterMessage", { message: message, replayed: true });
+  });
+});
+
 // Keeps the live log pane readable: follows the tail while the user is at the
 // bottom, and caps the DOM so a chatty job cannot freeze the page. Attempt
 // separators stay: the server replaces a redrawn line (a progress bar) by its
@@ -135,38 +187,21 @@ document.addEventListener("htmx:afterSwap", function (event) {
       source: el, target: "#errors-" + name, swap: "outerHTML",
     });
   });
-  // A press on the wizard (pointer down .. click) must not have the page move under it. Leaving
-  // a field is part of pressing Next: the field's messages and the what-if table are asked for
-  // again and come back while the button is still held, and a table a few lines shorter moved
-  // Next away from the pointer, so the release landed beside it and the click was lost. Those
-  // answers are drawn once the press has ended (after its click: the pointerup's task ends
-  // with it); the wizard's own swap replaces them all and is never held.
-  let pressedAt = 0;
-  let held = [];
-  const PRESS_HOLDS_AT_MOST_MS = 5000;  // a release the page never saw (outside the window)
-  function drawHeld() {
-    pressedAt = 0;
-    const answers = held;
-    held = [];
-    answers.forEach(function (answer) {
-      if (answer.target.isConnected) htmx.swap(answer.target, answer.content, { swapStyle: "outerHTML", swapDelay: 0, settleDelay: 20 });
-    });
-  }
-  document.addEventListener("pointerdown", function (event) {
-    if (event.target.closest && event.target.closest("#wizard")) pressedAt = Date.now();
-  }, true);
-  ["pointerup", "pointercancel"].forEach(function (type) {
-    document.addEventListener(type, function () { if (pressedAt) setTimeout(drawHeld, 0); }, true);
-  });
-  window.addEventListener("blur", function () { if (pressedAt) drawHeld(); });
+  // Leaving a field is part of pressing Next: the field's messages and the what-if table are
+  // asked for again and come back while the button is still held; a table a few lines shorter
+  // moved Next away from the pointer and the click was lost. They wait for the press to end
+  // (the latest answer per part); the wizard's own swap replaces them all and is never held
+  // (requests htmx queued on the form depend on it being replaced).
   document.addEventListener("htmx:beforeSwap", function (event) {
     const detail = event.detail;
     const target = detail.target;
-    if (!pressedAt || Date.now() - pressedAt > PRESS_HOLDS_AT_MOST_MS || !detail.shouldSwap) return;
-    if (!target || target.id === "wizard" || !target.closest || !target.closest("#wizard")) return;
+    if (!detail.shouldSwap || !target || target.id === "wizard" || !target.closest || !target.closest("#wizard")) return;
+    if (!pressGuard.pressing()) return;
     detail.shouldSwap = false;
-    held = held.filter(function (answer) { return answer.target !== target; });  // the latest answer wins
-    held.push({ target: target, content: detail.serverResponse });
+    const content = detail.serverResponse;
+    pressGuard.hold(target, function () {
+      if (target.isConnected) htmx.swap(target, content, { swapStyle: "outerHTML", swapDelay: 0, settleDelay: 20 });
+    });
   });
   // A field's box shows it has messages (its input's red border) as they come and go.
   document.addEventListener("htmx:afterSettle", function (event) {
