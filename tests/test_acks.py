@@ -102,15 +102,15 @@ def test_followers_acknowledging_at_once_share_statements_and_each_gets_its_own_
 def test_a_row_the_database_refuses_fails_only_its_own_follower(demo, writer):
     runs = followed_runs(demo, 3)
     batch = [acks._Ack(run.id, run.follower_token, acks._values(state(5))) for run in runs]
-    batch[1].values = (2**31, *batch[1].values[1:])  # past the column's integer: a real DataError
+    batch[1].values = (-1, *batch[1].values[1:])  # the column's CHECK (>= 0) refuses it: a real IntegrityError
     acks.write_or_isolate(batch)
     assert [ack.written for ack in batch] == [1, 0, 1]
     assert isinstance(batch[1].error, DatabaseError) and batch[0].error is None and batch[2].error is None
     assert [TaskRun.objects.get(id=run.id).log_lines for run in runs] == [5, 0, 5]
 
     # Through the writer's thread: the follower gets its own error, the others their answers.
-    with pytest.raises(acks.AckNotWritten, match="out of range"):
-        writer.acknowledge(runs[1].id, runs[1].follower_token, state(2**31))
+    with pytest.raises(acks.AckNotWritten, match="check constraint"):
+        writer.acknowledge(runs[1].id, runs[1].follower_token, state(-1))
     assert writer.acknowledge(runs[2].id, runs[2].follower_token, state(6)) == 1
 
 
@@ -156,3 +156,20 @@ def test_inside_a_transaction_the_acknowledgement_is_the_transactions_own(demo):
         # The writer's connection could not see an uncommitted row; this one is written here.
         assert acks.acknowledge(runs[0].id, runs[0].follower_token, state(3)) == 1
         assert TaskRun.objects.get(id=runs[0].id).log_lines == 3
+
+
+def test_a_log_past_two_billion_lines_is_still_acknowledged(demo, writer):
+    """A job may print more than 2^31 lines (a hostile one does it in half an hour): the counts
+    are 64-bit, and its follower's acknowledgements go on being written, in a batch or alone."""
+    runs = followed_runs(demo, 2)
+    past = 2**31 + 7
+    assert writer.acknowledge(runs[0].id, runs[0].follower_token, state(past)) == 1
+    batch = [acks._Ack(run.id, run.follower_token, acks._values(state(past + run.index))) for run in runs]
+    acks.write_or_isolate(batch)
+    assert [ack.error for ack in batch] == [None, None] and [ack.written for ack in batch] == [1, 1]
+    assert list(
+        TaskRun.objects.filter(id__in=[r.id for r in runs]).order_by("index").values_list("log_lines", flat=True)
+    ) == [
+        past,
+        past + 1,
+    ]

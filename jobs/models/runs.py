@@ -84,10 +84,12 @@ class TaskRun(models.Model):
 
     # Log index: the file holds exactly log_bytes bytes / log_lines lines that
     # are acknowledged; anything past log_bytes is discarded on resume.
-    log_lines = models.PositiveIntegerField(default=0)
+    # 64-bit: a job that prints more than 2^31 lines (36 minutes at a million a second) had its
+    # follower's acknowledgement refused by the column, on every try, for the rest of its life.
+    log_lines = models.PositiveBigIntegerField(default=0)
     log_bytes = models.PositiveBigIntegerField(default=0)
     log_last_ts_ns = models.BigIntegerField(default=0)
-    log_last_ts_count = models.PositiveIntegerField(default=0, help_text="Lines persisted with log_last_ts_ns.")
+    log_last_ts_count = models.PositiveBigIntegerField(default=0, help_text="Lines persisted with log_last_ts_ns.")
 
     # Which worker follows the container; claimed with a conditional update.
     follower_token = models.UUIDField(null=True, blank=True)
