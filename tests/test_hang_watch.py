@@ -69,6 +69,48 @@ def test_a_hang_is_reported_once_until_activity_resumes(monkeypatch):
     assert run(w, clock, 12)
 
 
+def readings(monkeypatch, values: list[int | None]):
+    """The engine's CPU counter as read turn by turn; None: that reading failed (as a timed-out
+    or refused `stats` call fails in HangWatch.sample)."""
+    values = iter(values)
+
+    def usage(container):
+        value = next(values)
+        if value is None:
+            raise TimeoutError("stats did not answer (injected)")
+        return hang.Usage(value, None)
+
+    monkeypatch.setattr(hang, "container_usage", usage)
+
+
+def test_a_window_whose_cpu_could_not_be_read_is_no_hang(monkeypatch):
+    """Silence is not idleness: an engine that cannot say how much CPU the job used (slowed down
+    by another team's job, say) does not get a healthy, quiet job restarted."""
+    w, clock = watch(monkeypatch, [])
+    readings(monkeypatch, [0] + [None] * 30)
+    assert not run(w, clock, 60)
+    assert w.metrics()["cpu_measured_idle_s"] == 0
+
+
+def test_cpu_read_again_after_failed_readings_measures_the_whole_gap(monkeypatch):
+    # Busy through the gap: the first reading that works shows it (the counter is cumulative).
+    w, clock = watch(monkeypatch, [])
+    readings(monkeypatch, [0] + [None] * 10 + [20 * 2_000_000_000] + [20 * 2_000_000_000] * 3)
+    assert not run(w, clock, 28)
+    # Idle through the gap: measured idle from the last reading that worked, so a hang.
+    w, clock = watch(monkeypatch, [])
+    readings(monkeypatch, [0] + [None] * 10 + [0])
+    assert not run(w, clock, 22)
+    assert run(w, clock, 2)
+    assert w.metrics()["cpu_measured_idle_s"] >= 10
+
+
+def test_a_short_window_needs_one_idle_interval_measured(monkeypatch):
+    w, clock = watch(monkeypatch, [0] * 10, window=2.0)
+    assert not run(w, clock, 2)  # past the window, but only one reading: nothing measured yet
+    assert run(w, clock, 2)
+
+
 def test_nvidia_smi_sampler_parses_the_busiest_gpu_with_mock_gpu(monkeypatch):
     """No GPU here: nvidia-smi's answer is mocked (the exec around it is tested for real in
     tests/test_trusted_control.py and by the hang tests that run)."""
