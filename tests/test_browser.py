@@ -65,6 +65,14 @@ def shot(page: Page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
+def press_and_hold(page: Page, locator) -> None:
+    """The pointer pressed on the middle of `locator` and held (page.mouse.up() releases it)."""
+    locator.scroll_into_view_if_needed()
+    box = locator.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.down()
+
+
 def log_in(page: Page, username: str, password: str) -> None:
     page.goto("/accounts/login/")
     page.get_by_label("User name").fill(username)

@@ -12,7 +12,7 @@ from playwright.sync_api import Page, expect
 from console import realtime
 from jobs.models import Phase, TrainingJob
 from tests.conftest import BUSYBOX
-from tests.test_browser import browser, log_in, new_page  # noqa: F401
+from tests.test_browser import browser, log_in, new_page, press_and_hold  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -24,11 +24,18 @@ COUNT_MESSAGES = (
 )
 
 
-def press_and_hold(page: Page, locator) -> None:
-    locator.scroll_into_view_if_needed()
-    box = locator.bounding_box()
-    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-    page.mouse.down()
+def an_ended_jobs_page(demo, new_page, name: str) -> tuple[TrainingJob, Page, int]:  # noqa: F811
+    """The owner's page of a job that has ended (the worker leaves it alone: only the test changes
+    it), once the socket's first message is drawn; and the count of messages arrived so far."""
+    job = TrainingJob.objects.create(
+        workspace=demo.workspace, created_by=demo.owner, name=name, image=BUSYBOX, phase=Phase.COMPLETED
+    )
+    page = new_page()
+    log_in(page, "owner", "owner-password")
+    page.add_init_script(COUNT_MESSAGES)
+    page.goto(f"/jobs/{job.id}/")
+    page.wait_for_function("window.__drawn > 0")
+    return job, page, page.evaluate("window.__arrived")
 
 
 def change_the_job_and_tell_its_pages(job: TrainingJob, reason: str) -> None:
@@ -38,16 +45,7 @@ def change_the_job_and_tell_its_pages(job: TrainingJob, reason: str) -> None:
 
 
 def test_a_press_on_the_job_header_lands_though_the_socket_redraws_the_header_meanwhile(demo, new_page, live_url):  # noqa: F811
-    # A job that has ended: the worker leaves it alone, only this test changes it.
-    job = TrainingJob.objects.create(
-        workspace=demo.workspace, created_by=demo.owner, name="pressed", image=BUSYBOX, phase=Phase.COMPLETED
-    )
-    page = new_page()
-    log_in(page, "owner", "owner-password")
-    page.add_init_script(COUNT_MESSAGES)
-    page.goto(f"/jobs/{job.id}/")
-    page.wait_for_function("window.__drawn > 0")  # the socket's first message is drawn
-    arrived = page.evaluate("window.__arrived")
+    job, page, arrived = an_ended_jobs_page(demo, new_page, "pressed")
 
     press_and_hold(page, page.locator("#job-header").get_by_role("link", name="Copy"))
     change_the_job_and_tell_its_pages(job, "changed while the link was held")
@@ -59,15 +57,7 @@ def test_a_press_on_the_job_header_lands_though_the_socket_redraws_the_header_me
 
 
 def test_a_message_held_during_a_press_is_drawn_when_it_ends_and_later_ones_after_it(demo, new_page, live_url):  # noqa: F811
-    job = TrainingJob.objects.create(
-        workspace=demo.workspace, created_by=demo.owner, name="held", image=BUSYBOX, phase=Phase.COMPLETED
-    )
-    page = new_page()
-    log_in(page, "owner", "owner-password")
-    page.add_init_script(COUNT_MESSAGES)
-    page.goto(f"/jobs/{job.id}/")
-    page.wait_for_function("window.__drawn > 0")
-    arrived = page.evaluate("window.__arrived")
+    job, page, arrived = an_ended_jobs_page(demo, new_page, "held")
 
     press_and_hold(page, page.locator("#job-header h1"))  # text, not a link: nothing to follow
     change_the_job_and_tell_its_pages(job, "first change")

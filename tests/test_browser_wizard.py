@@ -10,7 +10,15 @@ from playwright.sync_api import Page, expect
 
 from jobs.models import Phase, PresetTemplate, ResourcePool, TrainingJob
 from tests.conftest import BUSYBOX, wait_for
-from tests.test_browser import ARTIFACTS, assert_not_reloaded, browser, log_in, mark_document, new_page  # noqa: F401
+from tests.test_browser import (  # noqa: F401
+    ARTIFACTS,
+    assert_not_reloaded,
+    browser,
+    log_in,
+    mark_document,
+    new_page,
+    press_and_hold,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -47,6 +55,15 @@ def open_wizard(page: Page) -> None:
     page.get_by_role("navigation").get_by_role("link", name="Create training job").click()
     expect(page.get_by_role("heading", name="Create training job")).to_be_visible()
     step(page, "Training mode")
+
+
+def the_high_availability_step(new_page) -> tuple[Page, object]:  # noqa: F811
+    """The owner's wizard, opened at the high-availability step."""
+    page = new_page()
+    log_in(page, "owner", "owner-password")
+    open_wizard(page)
+    page.get_by_role("button", name=re.compile("High availability")).click()
+    return page, step(page, "High availability")
 
 
 def test_walk_every_step_with_a_scenario_and_submit(demo, new_page, docker_client):  # noqa: F811
@@ -361,11 +378,7 @@ def test_one_job_of_each_scenario_preset_runs_with_its_settings(demo, new_page, 
 def test_the_high_availability_step_says_what_happens_if(demo, new_page):  # noqa: F811
     """The table follows the switches as they are set (htmx posts the form; the same policy
     functions as at run time compute it)."""
-    page = new_page()
-    log_in(page, "owner", "owner-password")
-    open_wizard(page)
-    page.get_by_role("button", name=re.compile("High availability")).click()
-    section = step(page, "High availability")
+    page, section = the_high_availability_step(new_page)
     table = section.locator("#whatif")
     transient = table.locator("tr[data-class='transient']")
     expect(transient).to_contain_text("no restart")
@@ -392,11 +405,7 @@ def test_a_press_on_next_lands_though_leaving_a_field_redraws_the_table_above_it
     the buttons come back while the button is held. A table a few lines shorter moved Next out
     from under the pointer, the release landed beside it and the click was lost (a full run
     stayed on this step). The press is held here until the table's answer has come."""
-    page = new_page()
-    log_in(page, "owner", "owner-password")
-    open_wizard(page)
-    page.get_by_role("button", name=re.compile("High availability")).click()
-    section = step(page, "High availability")
+    page, section = the_high_availability_step(new_page)
     section.get_by_label("Fault tolerance (automatic restart)").check()
     section.get_by_label("Max restarts").fill("40")
     section.get_by_label("Max restarts").blur()
@@ -405,12 +414,9 @@ def test_a_press_on_next_lands_though_leaving_a_field_redraws_the_table_above_it
     htmx_idle(page)
 
     section.get_by_label("Max restarts").fill("2")  # a shorter table: Next moves up once it is drawn
-    next_button = page.locator(".wizard-actions").get_by_role("button", name="Next")
-    next_button.scroll_into_view_if_needed()
-    box = next_button.bounding_box()
-    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     with page.expect_response(re.compile(r"/what-happens/$")):
-        page.mouse.down()  # focus leaves Max restarts: the table is asked for again
+        # Focus leaves Max restarts: the table is asked for again.
+        press_and_hold(page, page.locator(".wizard-actions").get_by_role("button", name="Next"))
     page.wait_for_timeout(300)  # its answer is in the page while the button is still held
     page.mouse.up()
     section = step(page, "Access")
@@ -425,22 +431,14 @@ def test_a_press_on_next_lands_though_leaving_a_field_redraws_the_table_above_it
 def test_a_table_answer_held_during_a_press_elsewhere_is_drawn_when_it_ends(demo, new_page):  # noqa: F811
     """A press that is not on a button (text being selected) holds the table's answer only
     until it ends; the table drawn then still follows the switches."""
-    page = new_page()
-    log_in(page, "owner", "owner-password")
-    open_wizard(page)
-    page.get_by_role("button", name=re.compile("High availability")).click()
-    section = step(page, "High availability")
+    page, section = the_high_availability_step(new_page)
     section.get_by_label("Fault tolerance (automatic restart)").check()
     table = section.locator("#whatif")
     expect(table.locator("tr[data-class='transient']")).to_contain_text("1 of 3 restarts")
     htmx_idle(page)
     section.get_by_label("Max restarts").fill("7")
-    intro = section.locator(".step-intro")
-    intro.scroll_into_view_if_needed()
-    box = intro.bounding_box()
-    page.mouse.move(box["x"] + 5, box["y"] + box["height"] / 2)
     with page.expect_response(re.compile(r"/what-happens/$")):
-        page.mouse.down()
+        press_and_hold(page, section.locator(".step-intro"))
     page.wait_for_timeout(300)
     expect(table.locator("tr[data-class='transient']")).to_contain_text("1 of 3 restarts")  # held
     page.mouse.up()
@@ -455,11 +453,7 @@ def test_the_table_follows_the_last_change_while_an_earlier_answer_is_on_its_way
     """A change made while the table's previous answer is still coming replaces that request.
     Queued behind it instead, the new request belonged to the table the old answer replaced and
     was never sent: the table stayed drawn for the switches before the last change."""
-    page = new_page()
-    log_in(page, "owner", "owner-password")
-    open_wizard(page)
-    page.get_by_role("button", name=re.compile("High availability")).click()
-    section = step(page, "High availability")
+    page, section = the_high_availability_step(new_page)
     held = []
 
     def hold_the_first(route):
