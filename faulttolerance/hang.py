@@ -55,10 +55,14 @@ class HangJudge:
             self._active(now)
         if self.suspected or now - self.last_activity < self.window_s:
             return False
-        if self.measured_idle_s() < max(SAMPLE_EVERY_S, self.window_s - MEASURE_SLACK_S):
+        if not self.window_measured():
             return False  # not seen idle: silence alone, or readings that failed, is no hang
         self.suspected = True
         return True
+
+    def window_measured(self) -> bool:
+        """Whether the CPU was measured idle over (nearly) the whole window."""
+        return self.measured_idle_s() >= max(SAMPLE_EVERY_S, self.window_s - MEASURE_SLACK_S)
 
     def measured_idle_s(self) -> float:
         """How long the CPU was measured idle since the last activity."""
@@ -73,10 +77,13 @@ class HangJudge:
         self.last_sample_at = now
         if cpu_usage_ns is not None:
             # Measured from the last reading that worked (a failed one keeps it): the counter is
-            # cumulative, so the interval covers the readings that failed.
-            measured = self.last_cpu_ns is not None and now > self.last_cpu_at
+            # cumulative, so the interval covers the readings that failed. A counter that went
+            # down belongs to a container the engine started again: that interval measured
+            # nothing. (Read once: reset() runs on the follower's thread, this on the sampler's.)
+            last_ns, last_at = self.last_cpu_ns, self.last_cpu_at
+            measured = last_ns is not None and now > last_at and cpu_usage_ns >= last_ns
             if measured:
-                self.idle_cpu_fraction = (cpu_usage_ns - self.last_cpu_ns) / 1e9 / (now - self.last_cpu_at)
+                self.idle_cpu_fraction = (cpu_usage_ns - last_ns) / 1e9 / (now - last_at)
                 if self.idle_cpu_fraction >= IDLE_CPU_FRACTION:
                     self._active(now)
             if not measured or self.idle_from is None or self.idle_from < self.last_activity:

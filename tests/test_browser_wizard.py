@@ -449,6 +449,26 @@ def test_a_table_answer_held_during_a_press_elsewhere_is_drawn_when_it_ends(demo
     expect(table.locator("tr[data-class='transient']")).to_contain_text("1 of 5 restarts")
 
 
+def test_a_press_on_a_switch_held_an_older_answer_that_does_not_replace_the_switchs_own(demo, new_page):  # noqa: F811
+    """Pressing a switch leaves the field typed in: that answer is held, and the switch's own
+    change (at the click) asks for the table again. Drawn at the release, the held answer used
+    to replace the table the new request was for, and the switch's answer was lost."""
+    page, section = the_high_availability_step(new_page)
+    section.get_by_label("Fault tolerance (automatic restart)").check()
+    table = section.locator("#whatif")
+    expect(table.locator("tr[data-class='transient']")).to_contain_text("1 of 3 restarts")
+    htmx_idle(page)
+    section.get_by_label("Max restarts").fill("6")
+    with page.expect_response(re.compile(r"/what-happens/$")):
+        press_and_hold(page, section.get_by_label("Unconditional restart"))
+    page.wait_for_timeout(300)
+    page.mouse.up()
+    expect(section.get_by_label("Unconditional restart")).to_be_checked()
+    expect(table.locator("tr[data-class='user_error']")).to_contain_text(
+        "unconditional restarts in a row did not help (3/6 used)"
+    )
+
+
 def test_the_table_follows_the_last_change_while_an_earlier_answer_is_on_its_way(demo, new_page):  # noqa: F811
     """A change made while the table's previous answer is still coming replaces that request.
     Queued behind it instead, the new request belonged to the table the old answer replaced and

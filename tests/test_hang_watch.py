@@ -105,6 +105,15 @@ def test_cpu_read_again_after_failed_readings_measures_the_whole_gap(monkeypatch
     assert w.metrics()["cpu_measured_idle_s"] >= 10
 
 
+def test_a_counter_that_went_down_measures_nothing(monkeypatch):
+    """The engine started the container again (its CPU counter starts from zero): the interval
+    across it is not idleness, however long the engine was away."""
+    w, clock = watch(monkeypatch, [])
+    busy = 50 * 2_000_000_000
+    readings(monkeypatch, [busy] + [None] * 10 + [1_000] + [1_000 + i * 2_000_000_000 for i in range(1, 10)])
+    assert not run(w, clock, 40)
+
+
 def test_a_short_window_needs_one_idle_interval_measured(monkeypatch):
     w, clock = watch(monkeypatch, [0] * 10, window=2.0)
     assert not run(w, clock, 2)  # past the window, but only one reading: nothing measured yet

@@ -139,8 +139,11 @@ def _resource_recorder(task_run: TaskRun, container) -> resources.ResourceRecord
 def _hang_watch(task_run: TaskRun) -> HangWatch:
     job = task_run.attempt.job
     gpus = job.flavor_id is not None and job.flavor.gpus > 0
+    # Sampled by the Sampler thread only: the follower's ticks (no container at hand) only judge.
     return HangWatch(
-        window_s=job.hang_window_s or settings.HANG_WINDOW_S, gpu_sampler=nvidia_smi_gpu if gpus else no_gpu
+        window_s=job.hang_window_s or settings.HANG_WINDOW_S,
+        gpu_sampler=nvidia_smi_gpu if gpus else no_gpu,
+        sample_inline=False,
     )
 
 

@@ -83,12 +83,25 @@ class HangWatch(HangJudge):
 
     gpu_sampler: GpuSampler = no_gpu
     sample_inline: bool = True
+    unmeasured_noted: bool = False
 
     def tick(self, container, got_lines: bool) -> bool:
         """Returns True once when a hang becomes suspected."""
         if self.sample_inline and self.clock() - self.last_sample_at >= SAMPLE_EVERY_S:
             self.sample(container)
-        return self.judge(got_lines)
+        suspected = self.judge(got_lines)
+        silent_for = self.clock() - self.last_activity
+        if not suspected and silent_for >= self.window_s and not self.window_measured():
+            if not self.unmeasured_noted:  # once per silence: an operator learns why no hang is judged
+                self.unmeasured_noted = True
+                log.warning(
+                    "silent for %.0f s but its CPU was measured idle for only %.0f s: no hang judged",
+                    silent_for,
+                    self.measured_idle_s(),
+                )
+        elif silent_for < self.window_s:
+            self.unmeasured_noted = False
+        return suspected
 
     def sample(self, container) -> Sample:
         """One CPU (and GPU) sample, judged and returned; errors mean "no sample" (the
@@ -116,16 +129,22 @@ class Sampler(threading.Thread):
 
     def run(self) -> None:
         while not self.stopped.wait(SAMPLE_EVERY_S):
-            chart = self.sink is not None and self.sink.due()
-            if chart or self.watch.needs_sample():
-                sample = self.watch.sample(self.container)
-                if chart:
-                    try:
-                        self.sink.record(sample)
-                    except Exception:  # a chart's point is never worth the hang watch
-                        log.exception("recording a resource sample failed")
-            else:
-                self.watch.last_cpu_ns = None  # the next sample starts a fresh interval
+            try:
+                self.turn()
+            except Exception:  # nothing ends this thread: without samples no hang is judged
+                log.exception("sampling a container failed")
+
+    def turn(self) -> None:
+        chart = self.sink is not None and self.sink.due()
+        if chart or self.watch.needs_sample():
+            sample = self.watch.sample(self.container)
+            if chart:
+                try:
+                    self.sink.record(sample)
+                except Exception:  # a chart's point is never worth the hang watch
+                    log.exception("recording a resource sample failed")
+        else:
+            self.watch.last_cpu_ns = None  # the next sample starts a fresh interval
 
     def stop(self) -> None:
         self.stopped.set()

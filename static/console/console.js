@@ -2,35 +2,70 @@
 // the press and the release on one element: an answer drawn in between that moves the element
 // away, or replaces it (a socket's fragment redrawn, even unchanged), sends the click to the
 // common parent and it is lost. What would be drawn meanwhile waits, in order, until just
-// after the release (its click included: pointerup's task dispatches it), or 5 s at most (a
-// release the page never saw, outside the window).
+// after the click (a mouse's comes in the task of its pointerup; a touch's later, once the
+// browser has told a tap from a double tap), and never more than 5 s (a release the page
+// never saw: outside the window, a context menu).
 const pressGuard = (function () {
   const HOLD_AT_MOST_MS = 5000;
-  let pressedAt = 0;
+  const CLICK_AFTER_RELEASE_MS = { mouse: 0, pen: 400, touch: 400 };  // or none comes (a drag)
+  const down = new Set();  // the pointers pressed now (two fingers: both)
   let held = [];  // [key, draw] in arrival order
+  let capTimer = 0;
+  let releaseTimer = 0;
   function release() {
-    pressedAt = 0;
+    clearTimeout(capTimer);
+    clearTimeout(releaseTimer);
+    capTimer = releaseTimer = 0;
+    down.clear();
     const draws = held;
     held = [];
-    draws.forEach(function (entry) { entry[1](); });
+    draws.forEach(function (entry) {
+      try {
+        entry[1]();
+      } catch (error) {  // one answer that cannot be drawn does not lose the others
+        console.error(error);
+      }
+    });
   }
-  document.addEventListener("pointerdown", function () { pressedAt = Date.now(); }, true);
+  function releaseIn(ms) {
+    clearTimeout(releaseTimer);
+    releaseTimer = setTimeout(release, ms);
+  }
+  document.addEventListener("pointerdown", function (event) {
+    if (event.button !== 0) return;  // a right or middle press clicks nothing
+    down.add(event.pointerId);
+    clearTimeout(releaseTimer);
+    releaseTimer = 0;
+  }, true);
   ["pointerup", "pointercancel"].forEach(function (type) {
-    document.addEventListener(type, function () { if (pressedAt) setTimeout(release, 0); }, true);
+    document.addEventListener(type, function (event) {
+      if (down.delete(event.pointerId) && down.size === 0) {
+        releaseIn(type === "pointercancel" ? 0 : CLICK_AFTER_RELEASE_MS[event.pointerType] || 0);
+      }
+    }, true);
   });
-  window.addEventListener("blur", function () { if (pressedAt) release(); });
+  // The click ends the wait: drawn once its own handlers and default action (a submit, a link
+  // followed) have run.
+  document.addEventListener("click", function () { if (releaseTimer) releaseIn(0); }, true);
+  window.addEventListener("blur", function () { if (down.size || releaseTimer) release(); });
   return {
-    pressing: function () {
-      if (pressedAt && Date.now() - pressedAt > HOLD_AT_MOST_MS) release();
-      return pressedAt !== 0;
-    },
+    pressing: function () { return down.size > 0 || releaseTimer !== 0; },
     // key: a later draw with the same key replaces the earlier one (null: every one is kept).
     hold: function (key, draw) {
-      if (key !== null) held = held.filter(function (entry) { return entry[0] !== key; });
+      if (key !== null) this.drop(key);
       held.push([key, draw]);
+      if (!capTimer) capTimer = setTimeout(release, HOLD_AT_MOST_MS);
+    },
+    // A new request for what `key` names: its held answer is out of date, and drawn it would
+    // replace the element the new answer is for.
+    drop: function (key) {
+      held = held.filter(function (entry) { return entry[0] !== key; });
     },
   };
 })();
+document.addEventListener("htmx:beforeRequest", function (event) {
+  if (event.detail.target) pressGuard.drop(event.detail.target);
+});
 
 // A socket's message during a press: held whole and replayed as the ws extension would draw it
 // (its fragments swapped by id, out of band), with its before/after events for the listeners
