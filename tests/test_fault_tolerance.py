@@ -109,6 +109,32 @@ def test_suspected_hang_without_hang_restart_is_only_an_event(demo, worker):
     wait_for(lambda: ended(job), message="termination")
 
 
+def test_a_silent_job_that_computes_is_not_hung(demo, worker):
+    """No log line, but CPU in use (~10 % of a core, in bursts): window after window its CPU is
+    measured busy, so no hang is suspected. It used to be suspected within seconds: silence
+    alone counted once the window had passed (before two readings had measured anything), and
+    the follower's own ticks cleared the sampler's last reading, so intervals went unmeasured."""
+    busy_then_rest = "while :; do i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; sleep 0.5; done"
+    job = make_job(
+        demo, fault_tolerance=True, max_restarts=2, hang_restart=True, hang_window_s=3, command=busy_then_rest
+    )
+
+    def followed_for_s() -> float:
+        run = TaskRun.objects.filter(attempt__job=job).first()
+        if run is None or run.started_at is None or run.follower_heartbeat is None:
+            return 0.0
+        return (run.follower_heartbeat - run.started_at).total_seconds()
+
+    def hang_suspected() -> bool:
+        return job.events.filter(kind=EventKind.SUSPECTED_HANG).exists()
+
+    wait_for(lambda: hang_suspected() or followed_for_s() >= 15, timeout=60, message="five windows of following")
+    assert not hang_suspected()
+    assert reload(job).phase == Phase.RUNNING and job.attempts.count() == 1
+    stop.request_terminate(job.id)
+    wait_for(lambda: ended(job), message="termination")
+
+
 def test_failed_environment_check_isolates_the_host_and_waits_for_the_operator(demo, worker):
     demo.pool.check_cache_gb = 100000  # more than any test disk has
     demo.pool.save()
