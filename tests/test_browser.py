@@ -7,6 +7,8 @@ Screenshots of the key moments go to test-artifacts/ (gitignored).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -45,20 +47,30 @@ def browser():
         browser.close()
 
 
-@pytest.fixture
-def new_page(browser, live_url):
-    """Pages in fresh browser contexts (one user each); closed after the test."""
+@contextmanager
+def page_maker(browser, live_url: str, **options) -> Iterator[Callable[..., Page]]:
+    """make(**more): a page in a fresh browser context (one user each), with these context
+    options (a locale, a touch screen); every context is closed at the end."""
     contexts = []
 
-    def make() -> Page:
-        context = browser.new_context(base_url=live_url, viewport={"width": 1280, "height": 860})
+    def make(**more) -> Page:
+        context = browser.new_context(base_url=live_url, viewport={"width": 1280, "height": 860}, **(options | more))
         context.set_default_timeout(UI_TIMEOUT_MS)
         contexts.append(context)
         return context.new_page()
 
-    yield make
-    for context in contexts:
-        context.close()
+    try:
+        yield make
+    finally:
+        for context in contexts:
+            context.close()
+
+
+@pytest.fixture
+def new_page(browser, live_url):
+    """Pages in fresh browser contexts (one user each); closed after the test."""
+    with page_maker(browser, live_url) as make:
+        yield make
 
 
 def shot(page: Page, name: str) -> None:

@@ -12,7 +12,7 @@ from playwright.sync_api import Page, expect
 
 from jobs.models import Phase, TrainingJob, UserPreference
 from tests.conftest import BUSYBOX, wait_for
-from tests.test_browser import ARTIFACTS, UI_TIMEOUT_MS, browser  # noqa: F401
+from tests.test_browser import ARTIFACTS, browser, page_maker  # noqa: F401
 from tests.test_browser_wizard import htmx_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -21,10 +21,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 @pytest.fixture
 def chinese_page(browser, live_url):  # noqa: F811
     """A page of a browser that asks for Chinese (Accept-Language: zh-CN), as a Chinese desktop does."""
-    context = browser.new_context(base_url=live_url, viewport={"width": 1280, "height": 860}, locale="zh-CN")
-    context.set_default_timeout(UI_TIMEOUT_MS)
-    yield context.new_page()
-    context.close()
+    with page_maker(browser, live_url, locale="zh-CN") as make:
+        yield make()
 
 
 def shot(page: Page, name: str) -> None:
@@ -161,17 +159,8 @@ def test_walk_the_wizard_in_chinese_and_switch_languages(demo, chinese_page):
 
 @pytest.fixture
 def english_then_chinese(browser, live_url):  # noqa: F811
-    contexts = []
-
-    def make(locale: str) -> Page:
-        context = browser.new_context(base_url=live_url, viewport={"width": 1280, "height": 860}, locale=locale)
-        context.set_default_timeout(UI_TIMEOUT_MS)
-        contexts.append(context)
-        return context.new_page()
-
-    yield make
-    for context in contexts:
-        context.close()
+    with page_maker(browser, live_url) as make:
+        yield lambda locale: make(locale=locale)
 
 
 def test_the_choice_follows_the_user_to_another_browser(demo, english_then_chinese):

@@ -12,7 +12,7 @@ from playwright.sync_api import Page, expect
 from console import realtime
 from jobs.models import Phase, TrainingJob
 from tests.conftest import BUSYBOX
-from tests.test_browser import UI_TIMEOUT_MS, browser, log_in, new_page, press_and_hold  # noqa: F401
+from tests.test_browser import browser, log_in, new_page, page_maker, press_and_hold  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -78,17 +78,8 @@ def test_a_message_held_during_a_press_is_drawn_when_it_ends_and_later_ones_afte
 @pytest.fixture
 def touch_page(browser, live_url):  # noqa: F811
     """Pages of a touch screen (a tap's click comes after its pointerup, not in its task)."""
-    contexts = []
-
-    def make() -> Page:
-        context = browser.new_context(base_url=live_url, viewport={"width": 1280, "height": 860}, has_touch=True)
-        context.set_default_timeout(UI_TIMEOUT_MS)
-        contexts.append(context)
-        return context.new_page()
-
-    yield make
-    for context in contexts:
-        context.close()
+    with page_maker(browser, live_url, has_touch=True) as make:
+        yield make
 
 
 def test_a_tap_on_the_job_header_lands_though_the_socket_redraws_the_header_meanwhile(demo, touch_page, live_url):

@@ -66,6 +66,16 @@ def the_high_availability_step(new_page) -> tuple[Page, object]:  # noqa: F811
     return page, step(page, "High availability")
 
 
+def the_high_availability_step_with_fault_tolerance(new_page):  # noqa: F811
+    """That step with fault tolerance switched on and its table drawn for it: (page, step, table)."""
+    page, section = the_high_availability_step(new_page)
+    section.get_by_label("Fault tolerance (automatic restart)").check()
+    table = section.locator("#whatif")
+    expect(table.locator("tr[data-class='transient']")).to_contain_text("1 of 3 restarts")
+    htmx_idle(page)
+    return page, section, table
+
+
 def test_walk_every_step_with_a_scenario_and_submit(demo, new_page, docker_client):  # noqa: F811
     ResourcePool.objects.create(name="gpu-pool", kind="dedicated", node_cpus=8, node_memory_gb=64, node_gpus=2)
     page = new_page()
@@ -431,11 +441,7 @@ def test_a_press_on_next_lands_though_leaving_a_field_redraws_the_table_above_it
 def test_a_table_answer_held_during_a_press_elsewhere_is_drawn_when_it_ends(demo, new_page):  # noqa: F811
     """A press that is not on a button (text being selected) holds the table's answer only
     until it ends; the table drawn then still follows the switches."""
-    page, section = the_high_availability_step(new_page)
-    section.get_by_label("Fault tolerance (automatic restart)").check()
-    table = section.locator("#whatif")
-    expect(table.locator("tr[data-class='transient']")).to_contain_text("1 of 3 restarts")
-    htmx_idle(page)
+    page, section, table = the_high_availability_step_with_fault_tolerance(new_page)
     section.get_by_label("Max restarts").fill("7")
     with page.expect_response(re.compile(r"/what-happens/$")):
         press_and_hold(page, section.locator(".step-intro"))
@@ -453,11 +459,7 @@ def test_a_press_on_a_switch_held_an_older_answer_that_does_not_replace_the_swit
     """Pressing a switch leaves the field typed in: that answer is held, and the switch's own
     change (at the click) asks for the table again. Drawn at the release, the held answer used
     to replace the table the new request was for, and the switch's answer was lost."""
-    page, section = the_high_availability_step(new_page)
-    section.get_by_label("Fault tolerance (automatic restart)").check()
-    table = section.locator("#whatif")
-    expect(table.locator("tr[data-class='transient']")).to_contain_text("1 of 3 restarts")
-    htmx_idle(page)
+    page, section, table = the_high_availability_step_with_fault_tolerance(new_page)
     section.get_by_label("Max restarts").fill("6")
     with page.expect_response(re.compile(r"/what-happens/$")):
         press_and_hold(page, section.get_by_label("Unconditional restart"))
