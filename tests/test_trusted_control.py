@@ -10,12 +10,14 @@ from urllib.parse import urlparse
 
 import docker
 import pytest
+from django.db import transaction
+from django.utils import timezone
 
 from jobs.models import Attempt, DockerHost, EventKind, Phase, TaskRun, TrainingJob
-from jobs.runtime import docker_hosts, start
+from jobs.runtime import docker_hosts, reconcile, start
 from jobs.runtime import stop as stopping
 from jobs.runtime.logs import read_lines
-from tests.conftest import submit_job, wait_for
+from tests.conftest import BUSYBOX, submit_job, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -274,6 +276,55 @@ def test_a_start_run_twice_at_once_makes_one_container_per_instance(demo, worker
         found = docker_client.containers.list(all=True, sparse=True, filters={"name": f"^/{run.container_name}$"})
         assert len(found) == 1 and found[0].id == run.container_id
     stop(job)
+
+
+def test_a_stop_that_looked_while_the_instances_started_still_stops_them(demo, worker, docker_client, monkeypatch):
+    """The user's Stop came while an attempt was starting. Its stop task looked before the start
+    marked the instance running (nothing to stop yet) and came to decide once the start had made
+    the attempt running (a running attempt is not ended while its containers run). Before, the
+    start then only asked for a decision, which waits for those containers: nothing stopped
+    them until reconcile's grace. A job restarted in place after a hang stayed Terminating with
+    its command running, and its next hang ended it Terminated with the container still running
+    (a full run's teardown found it). The start stops them now.
+
+    The start runs in this process against real Docker and the worker; the Stop is injected right
+    after the real container started, as the state the early-looking stop task left: the wish
+    recorded, nothing stopped."""
+    job = TrainingJob(
+        workspace=demo.workspace, created_by=demo.owner, name="stop-mid-start", image=BUSYBOX, command="sleep 300"
+    )
+    job.full_clean()
+    with transaction.atomic():  # with its attempt at once: the scheduler leaves a job with one alone
+        job.save()
+        attempt = Attempt.objects.create(job=job, number=1, level="initial")
+        TaskRun.objects.create(
+            attempt=attempt, index=0, host=demo.host, container_name=docker_hosts.container_name(job, 1, 0)
+        )
+    create_and_start = start._create_and_start
+    started = []
+
+    def stopped_after_the_stop_task_looked(*args):
+        container = create_and_start(*args)
+        started.append(container.id)
+        TrainingJob.objects.filter(id=job.id).update(
+            terminate_requested=True, terminate_requested_at=timezone.now(), phase=Phase.TERMINATING
+        )
+        return container
+
+    monkeypatch.setattr(start, "_create_and_start", stopped_after_the_stop_task_looked)
+    assert start.start_attempt(attempt.id) is True
+    assert started and Attempt.objects.get(id=attempt.id).state in (Attempt.State.RUNNING, Attempt.State.ENDED)
+    # Well before reconcile's finish_terminations would stop it (its grace counts from the wish).
+    wait_for(
+        lambda: reload(job).phase == Phase.TERMINATED,
+        timeout=reconcile.TERMINATING_GRACE_S - 5,
+        message="the job stopped by the start's own request",
+    )
+    wait_for(
+        lambda: not docker_client.containers.list(sparse=True, filters={"id": started[0]}),
+        timeout=10,
+        message="its container stopped",
+    )
 
 
 def test_a_worker_killed_between_claim_and_decision_leaves_no_job_undecided(demo, worker, docker_client, monkeypatch):

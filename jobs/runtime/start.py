@@ -204,7 +204,13 @@ def start_attempt(attempt_id: int) -> bool:
         "id", flat=True
     ):
         followers.follow_soon(task_run_id)
-    if failed or TrainingJob.objects.filter(id=job.id, terminate_requested=True).exists():
+    if TrainingJob.objects.filter(id=job.id, terminate_requested=True).exists():
+        # The user's Stop came while this start ran. Its stop task may have looked before these
+        # instances were running (nothing to stop yet) and come to decide once this start had
+        # made the attempt running (a running attempt is not ended while its containers run):
+        # nobody would stop them. Ask it again; it is idempotent and decides once they ended.
+        later.stop_job(job.id)
+    elif failed:
         later.end_attempt(attempt.id)
     elif standby.wanted(job):
         later.prepare_standby(attempt.id)
