@@ -3,6 +3,8 @@ what it started; one that lost to another start of the same attempt removes noth
 container may already be the next attempt's); one whose job was deleted meanwhile (stopped, then
 deleted, while it was still creating containers) removes the containers it made: no row is left
 to find them by, and reconcile leaves a container no task run knows alone for ten minutes.
+A Stop stops the live container of a restart in place that is still starting, and the decision
+that ends a stopped job stops a container whose run was ended as hung (its command still runs).
 
 The supervisor's own start runs in this process against real Docker; the other party's move is
 injected right after the real container is created, the moment the race leaves open."""
@@ -12,8 +14,8 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from jobs.models import Attempt, TaskRun, TrainingJob
-from jobs.runtime import docker_hosts, schedule, start
+from jobs.models import Attempt, Phase, TaskRun, TrainingJob
+from jobs.runtime import decide, docker_hosts, schedule, start, stop
 from tests.conftest import BUSYBOX, TEST_LABEL
 
 pytestmark = [pytest.mark.django_db]
@@ -127,3 +129,87 @@ def test_a_start_whose_job_was_deleted_meanwhile_removes_its_container(demo, doc
     assert made, "the start created no container: the race was not reached"
     labels = {"label": [f"console.job={job.id}", "=".join(TEST_LABEL)]}
     assert docker_client.containers.list(all=True, sparse=True, filters=labels) == []
+
+
+# A job that ends at once on SIGTERM: a busybox sleep as PID 1 would ignore it for the stop's 5 s.
+TERM_ENDS_IT = ["sh", "-c", "trap 'exit 0' TERM; sleep 300 & wait"]
+
+
+def _live_container(docker_client, job):
+    return docker_client.containers.run(
+        BUSYBOX,
+        TERM_ENDS_IT,
+        detach=True,
+        network_mode="none",
+        labels={TEST_LABEL[0]: TEST_LABEL[1], "console.job": str(job.id)},
+    )
+
+
+def _ended_in_its_container(attempt: Attempt, container_id: str, **run_fields) -> TaskRun:
+    """The attempt ran in `container_id` and its command ended while the container lived on."""
+    now = timezone.now()
+    TaskRun.objects.filter(attempt=attempt).update(
+        state=TaskRun.State.EXITED,
+        container_id=container_id,
+        started_at=now,
+        ended_at=now,
+        ended_in_place=True,
+        **run_fields,
+    )
+    Attempt.objects.filter(id=attempt.id).update(
+        state=Attempt.State.ENDED, outcome=Attempt.Outcome.FAILED, started_at=now, ended_at=now
+    )
+    return TaskRun.objects.get(attempt=attempt)
+
+
+def _stop_requested(job) -> None:
+    """The user's Stop, as request_terminate records it (its task is called by the test)."""
+    TrainingJob.objects.filter(id=job.id).update(
+        terminate_requested=True, terminate_requested_at=timezone.now(), phase=Phase.TERMINATING
+    )
+
+
+def test_a_stop_while_a_restart_in_place_starts_stops_the_container_it_reuses(demo, docker_client):
+    """A process-level restart reuses the live container: its run stays "created" until the start
+    gives the go. The Stop's task stopped nothing for an attempt whose runs were all "created",
+    then ended it and the job Terminated; the start found the attempt ended and left, and the
+    container ran on, followed for good by the run before's follower."""
+    job, first = _job_and_attempt(demo)
+    container = _live_container(docker_client, job)
+    try:
+        run = _ended_in_its_container(first, container.id, exit_code=1)
+        restart = schedule.new_attempt(job, [demo.host], "process", reuse={0: run})  # its start is not run
+        _stop_requested(job)
+        assert stop.stop_job(job.id) is True
+        container.reload()
+        assert container.status == "exited"
+        assert TrainingJob.objects.get(id=job.id).phase == Phase.TERMINATED
+        assert Attempt.objects.get(id=restart.id).outcome == Attempt.Outcome.TERMINATED
+    finally:
+        container.remove(force=True)
+
+
+def test_the_decision_that_ends_a_stopped_job_stops_a_container_whose_run_hung(demo, docker_client):
+    """Hang detection ended the run while its command still runs; the job was being stopped, so
+    the decision ends it Terminated and relied on the stop task alone. Had that task met an
+    engine error, nothing asked again (the job is final) and the command ran on."""
+    job, attempt = _job_and_attempt(demo)
+    container = _live_container(docker_client, job)
+    try:
+        now = timezone.now()
+        TaskRun.objects.filter(attempt=attempt).update(
+            state=TaskRun.State.EXITED,
+            container_id=container.id,
+            started_at=now,
+            ended_at=now,
+            ended_in_place=True,
+            hung=True,
+        )
+        Attempt.objects.filter(id=attempt.id).update(state=Attempt.State.RUNNING, started_at=now)
+        _stop_requested(job)  # its stop task's call to the engine failed: nothing was stopped
+        assert decide.attempt_may_have_ended(attempt.id) is True
+        container.reload()
+        assert container.status == "exited"
+        assert TrainingJob.objects.get(id=job.id).phase == Phase.TERMINATED
+    finally:
+        container.remove(force=True)

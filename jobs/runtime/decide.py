@@ -99,11 +99,13 @@ def attempt_may_have_ended(attempt_id: int) -> bool:
         log.exception("deciding attempt %s failed", attempt.id)
         return _end_undecidable(attempt, exc)
     in_place = decision is not None and decision.restart and decision.level in ("process", "reschedule")
-    if failed and not in_place and not terminating:
+    if failed and not in_place and (not terminating or any(r.hung for r in failed)):
         # Collective training cannot go on with one rank gone, and launchers
         # waiting for a decision must end: stop every container of the attempt. (A job being
         # terminated has its stop task for that: its exit codes of 143 are failures here, and
-        # a second stop of each ended container is two calls a busy engine answers late.)
+        # a second stop of each ended container is two calls a busy engine answers late. Not
+        # for a run ended as hung: its command still runs, and a stop task that met an engine
+        # error is not asked again once the job is Terminated.)
         stop_attempt_containers(attempt.id)
     return True
 

@@ -183,7 +183,10 @@ def stop_job(job_id) -> bool:
             if not job.is_final and active_attempt(job) is None:
                 finish(job, Phase.TERMINATED, stop_reason(job))
         return True
-    if attempt.state == Attempt.State.RUNNING or attempt.task_runs.exclude(state=TaskRun.State.CREATED).exists():
+    # A run still "created" has no container yet, unless it restarts in place: the container it
+    # reuses runs (the run before's) while the start has not given the go.
+    started = attempt.task_runs.exclude(state=TaskRun.State.CREATED, reuses_container=False)
+    if attempt.state == Attempt.State.RUNNING or started.exists():
         stop_attempt_containers(attempt.id)
     # Followers record the exits; this covers attempts with nothing left to follow.
     attempt_may_have_ended(attempt.id)
