@@ -86,6 +86,38 @@ def test_a_start_that_lost_to_another_start_of_its_attempt_leaves_the_winners_co
             container.remove(force=True)
 
 
+def test_a_start_behind_another_start_of_a_stopped_attempt_stops_what_it_started(demo, docker_client, monkeypatch):
+    """Two starts of one attempt (reconcile queues another when the first seems stuck) and the
+    user's Stop between them: the other start broke on the Stop and moved the attempt to running;
+    the stop task found no container yet (this start was still creating it) and ended the attempt
+    and the job. This start then started its container and marked the instance running under an
+    ended attempt, which no follower takes: before, the container ran on. A Stop leaves no next
+    attempt, so this start stops what it started and ends the instance."""
+    job, attempt = _job_and_attempt(demo)
+    create_and_start = start._create_and_start
+    seen = []
+
+    def the_other_start_and_the_stop_meanwhile(*args):
+        Attempt.objects.filter(id=attempt.id).update(state=Attempt.State.RUNNING, started_at=timezone.now())
+        _stop_requested(job)
+        assert stop.stop_job(job.id) is True  # nothing to stop yet; it ends the attempt and the job
+        container = create_and_start(*args)
+        seen.append(container.id)
+        return container
+
+    monkeypatch.setattr(start, "_create_and_start", the_other_start_and_the_stop_meanwhile)
+    try:
+        assert start.start_attempt(attempt.id) is False
+        assert seen, "the start created no container: the race was not reached"
+        assert TrainingJob.objects.get(id=job.id).phase == Phase.TERMINATED
+        assert docker_client.containers.get(seen[0]).status == "exited"
+        run = TaskRun.objects.get(attempt=attempt)
+        assert run.state == TaskRun.State.EXITED and "Stopped while" in run.error
+    finally:
+        for container in _containers_of(docker_client, job):
+            container.remove(force=True)
+
+
 def test_a_start_that_won_an_instance_but_not_the_attempt_leaves_its_container(demo, docker_client, monkeypatch):
     """The other way round: this start moved the instance to running, the other start moved the
     attempt (so it ran, and its followers took the instances), and the attempt ended meanwhile.

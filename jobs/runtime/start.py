@@ -101,6 +101,7 @@ def start_attempt(attempt_id: int) -> bool:
     hosts = [r.host for r in runs]
     failed = False
     made = []  # the containers this call created or took: removed here if the job is gone
+    marked = []  # the runs this call marked running
     for task_run in runs:
         if task_run.state != TaskRun.State.CREATED:
             continue
@@ -145,9 +146,10 @@ def start_attempt(attempt_id: int) -> bool:
             )
             failed = True
             continue
-        TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.CREATED).update(
+        if TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.CREATED).update(
             state=TaskRun.State.RUNNING, container_id=container_id, started_at=started_at
-        )
+        ):
+            marked.append(task_run.id)
     now = timezone.now()
     with transaction.atomic():
         # The job's row before the attempt's, the order the decision takes (decide.py):
@@ -185,6 +187,8 @@ def start_attempt(attempt_id: int) -> bool:
                 state=TaskRun.State.EXITED, ended_at=timezone.now(), error="Stopped while the attempt was starting."
             )
             stop.remove_attempt_containers(attempt.id)
+        elif state is not None and TrainingJob.objects.filter(id=job.id, terminate_requested=True).exists():
+            _stopped_behind_another_start(attempt, marked, ended=state == Attempt.State.ENDED)
         # Ended after it ran: a concurrent start of it won (only the winner sets started_at); its
         # followers had the containers, and a container may already be the next attempt's,
         # restarted in place. Nothing here is this call's to undo.
@@ -215,3 +219,22 @@ def start_attempt(attempt_id: int) -> bool:
     elif standby.wanted(job):
         later.prepare_standby(attempt.id)
     return True
+
+
+def _stopped_behind_another_start(attempt: Attempt, marked: list[int], *, ended: bool) -> None:
+    """Another start of this attempt (reconcile queues one after STARTING_GRACE_S) moved it to
+    running while this one was still creating, and the user's Stop came meanwhile: the stop
+    task may have looked before this start's containers ran. A Stop leaves no next attempt, so
+    nothing here is another attempt's. While the attempt runs, the stop task is asked again; once
+    it ended, what this start marked running afterwards is no follower's (none takes a run of an
+    ended attempt): stopped here, and those runs ended, so the orphan scan removes them. A run a
+    follower did take is left to it (it persists the last lines, then removes the container)."""
+    if not ended:
+        later.stop_job(attempt.job_id)
+        return
+    if not TaskRun.objects.filter(id__in=marked, state=TaskRun.State.RUNNING).exists():
+        return
+    stop.stop_attempt_containers(attempt.id)
+    TaskRun.objects.filter(id__in=marked, state=TaskRun.State.RUNNING, follower_token__isnull=True).update(
+        state=TaskRun.State.EXITED, ended_at=timezone.now(), error="Stopped while the attempt was starting."
+    )
