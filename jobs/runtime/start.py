@@ -188,10 +188,10 @@ def start_attempt(attempt_id: int) -> bool:
             )
             stop.remove_attempt_containers(attempt.id)
         elif state is not None and TrainingJob.objects.filter(id=job.id, terminate_requested=True).exists():
-            _stopped_behind_another_start(attempt, marked, ended=state == Attempt.State.ENDED)
-        # Ended after it ran: a concurrent start of it won (only the winner sets started_at); its
-        # followers had the containers, and a container may already be the next attempt's,
-        # restarted in place. Nothing here is this call's to undo.
+            _stop_what_this_start_marked(attempt, marked, ended=state == Attempt.State.ENDED)
+        # Without a Stop, ended after it ran: a concurrent start of it won (only the winner sets
+        # started_at); its followers had the containers, and a container may already be the next
+        # attempt's, restarted in place. Nothing here is this call's to undo.
         if state is None:
             # The job was deleted (stopped, then deleted) while this start was in flight: no
             # row is left to find its containers by, and reconcile leaves a container no task
@@ -202,7 +202,7 @@ def start_attempt(attempt_id: int) -> bool:
                     engine.remove_container(container)
                 except HOST_ERRORS as exc:
                     log.info("could not remove %s: %s", container.name, exc)
-        # Otherwise a concurrent start of the same attempt won: its containers are in use.
+        # Otherwise (no Stop) a concurrent start of the same attempt won: its containers are in use.
         return False
     for task_run_id in attempt.task_runs.filter(state=TaskRun.State.RUNNING, reuses_container=False).values_list(
         "id", flat=True
@@ -221,7 +221,7 @@ def start_attempt(attempt_id: int) -> bool:
     return True
 
 
-def _stopped_behind_another_start(attempt: Attempt, marked: list[int], *, ended: bool) -> None:
+def _stop_what_this_start_marked(attempt: Attempt, marked: list[int], *, ended: bool) -> None:
     """Another start of this attempt (reconcile queues one after STARTING_GRACE_S) moved it to
     running while this one was still creating, and the user's Stop came meanwhile: the stop
     task may have looked before this start's containers ran. A Stop leaves no next attempt, so
@@ -229,6 +229,8 @@ def _stopped_behind_another_start(attempt: Attempt, marked: list[int], *, ended:
     it ended, what this start marked running afterwards is no follower's (none takes a run of an
     ended attempt): stopped here, and those runs ended, so the orphan scan removes them. A run a
     follower did take is left to it (it persists the last lines, then removes the container)."""
+    if not marked:
+        return  # the other start's instances: its own end asked the stop task again
     if not ended:
         later.stop_job(attempt.job_id)
         return
