@@ -302,3 +302,52 @@ def test_a_process_restart_whose_new_run_ends_at_once_completes(demo, worker):
         wait_for(lambda: TrainingJob.objects.get(id=job.id).is_final, timeout=60, message="the job to end")
         job.refresh_from_db()
         assert (job.phase, job.restarts_used) == (Phase.COMPLETED, 1), job.phase_reason
+
+
+# Rank 0 fails after a second; rank 1 prints until it is stopped, and says so on SIGTERM.
+ONE_FAILS_ONE_RUNS = (
+    'if [ "$RANK" = 0 ]; then echo "r0 failing"; sleep 1; exit 1; fi; '
+    "trap 'echo \"r1 stopped\"; exit 143' TERM; "
+    'i=0; while true; do i=$((i+1)); echo "r1 line $i"; sleep 0.1 & wait $!; done'
+)
+
+
+def test_a_worker_killed_before_it_stopped_the_other_instance_loses_none_of_it(
+    demo, worker, docker_client, monkeypatch
+):
+    """Rank 0 fails and the job fails (no fault tolerance); the worker that decided dies before it
+    stops rank 1 (CONSOLE_CRASH_AT), with rank 1's follower. Before, rank 1 ran on for good: no
+    worker adopts an instance of an ended attempt, and the orphan scan skips a running one. Now
+    the next worker adopts it, does the stop the decision did not, and persists every line rank 1
+    wrote, its last one on SIGTERM included; then the container is removed."""
+    celery_worker_process = worker
+    celery_worker_process.stop()
+    monkeypatch.setenv("CONSOLE_CRASH_AT", "before-stopping-the-attempt")
+    celery_worker_process.start()
+    monkeypatch.delenv("CONSOLE_CRASH_AT")
+    try:
+        job = make_job(demo, ONE_FAILS_ONE_RUNS, fault_tolerance=False)
+        logs = follow_containers(job, 1)
+        wait_for(lambda: celery_worker_process.proc.poll() is not None, timeout=40, message="the worker to die")
+        assert ended(job) and job.phase == Phase.FAILED, job.phase  # decided before it died
+    finally:
+        celery_worker_process.ensure_running()  # without the crash point
+    runs = runs_of(job, 1)
+
+    def rank_1_followed_to_its_end() -> bool:
+        run = TaskRun.objects.get(id=runs[1].id)
+        return run.state != TaskRun.State.RUNNING and run.follower_token is None
+
+    try:
+        wait_for(rank_1_followed_to_its_end, timeout=60, message="rank 1 stopped and followed to its end")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}:\n{describe()}") from None
+    expected = logs[1].result()
+    assert persisted(job, 1, 1) == expected
+    assert expected[-1][1] == "r1 stopped"
+    assert TaskRun.objects.get(id=runs[1].id).exit_code == 143
+    wait_for(
+        lambda: not docker_client.containers.list(all=True, sparse=True, filters={"id": runs[1].container_id}),
+        timeout=30,
+        message="rank 1's container removed",
+    )

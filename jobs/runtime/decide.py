@@ -106,6 +106,7 @@ def attempt_may_have_ended(attempt_id: int) -> bool:
         # a second stop of each ended container is two calls a busy engine answers late. Not
         # for a run ended as hung: its command still runs, and a stop task that met an engine
         # error is not asked again once the job is Terminated.)
+        faults.crash_point("before-stopping-the-attempt")
         stop_attempt_containers(attempt.id)
     return True
 

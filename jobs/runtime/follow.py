@@ -23,7 +23,7 @@ from .decide import attempt_may_have_ended
 from .engine import HOST_ERRORS
 from .hang import HangWatch, Sampler, capture_stacks, no_gpu, nvidia_smi_gpu
 from .logs import Follower, ProcessExited, docker_time
-from .stop import containers_kept
+from .stop import STOP_TIMEOUT_S, containers_kept
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,8 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
     task_run = follower.claim(ended=drain)
     if task_run is None:
         return False
+    if not drain and _decided_without_it(task_run):
+        _stop_as_decided(task_run)
     watch = _hang_watch(task_run)
     sampler: Sampler | None = None
     recorder: resources.ResourceRecorder | None = None
@@ -158,6 +160,30 @@ def _mark_exited(task_run: TaskRun, container) -> None:
         oom_killed=bool(state.get("OOMKilled")) or bool(report and report.oom_killed),
         ended_at=docker_time(state.get("FinishedAt")) or timezone.now(),
     )
+
+
+def _decided_without_it(task_run: TaskRun) -> bool:
+    """Its attempt ended while this instance ran unfollowed: the worker that decided died before
+    it stopped the attempt's other instances, with their followers. Not when a later attempt
+    restarts in its container (decided in the same transaction, so its run is there already)."""
+    if task_run.attempt.state != Attempt.State.ENDED:
+        return False
+    return not TaskRun.objects.filter(
+        container_id=task_run.container_id,
+        attempt__job_id=task_run.attempt.job_id,
+        attempt__number__gt=task_run.attempt.number,
+    ).exists()
+
+
+def _stop_as_decided(task_run: TaskRun) -> None:
+    """Do the stop the dead worker's decision did not; the follow then persists the rest of the
+    log and records the end as for any stopped instance."""
+    try:
+        engine.stop_ref(task_run.host, task_run.container_id or task_run.container_name, timeout=STOP_TIMEOUT_S)
+    except engine.NotFound:
+        pass  # the follow marks it lost
+    except HOST_ERRORS as exc:
+        log.warning("could not stop %s of an ended attempt: %s", task_run.container_name, exc)
 
 
 def _mark_lost(task_run: TaskRun, reason: str) -> None:

@@ -20,7 +20,7 @@ import threading
 
 from django.conf import settings
 from django.db import close_old_connections, connection
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from jobs.models import Attempt, TaskRun
@@ -103,8 +103,20 @@ class FollowerPool:
         mine = self.following()
         # A start follows its containers itself (follow_soon) right away; give it that second.
         fresh = timezone.now() - timezone.timedelta(seconds=ADOPT_EVERY_S)
+        # A running instance of an ended attempt too: the worker that decided died before it
+        # stopped it, with its follower (follow._decided_without_it stops it, then the follow
+        # persists the rest of its log). Not one whose container a later attempt restarts in.
+        restarted_in_place = TaskRun.objects.filter(
+            container_id=OuterRef("container_id"),
+            attempt__job_id=OuterRef("attempt__job_id"),
+            attempt__number__gt=OuterRef("attempt__number"),
+        )
         candidates = (
-            TaskRun.objects.filter(state=TaskRun.State.RUNNING, attempt__state=Attempt.State.RUNNING)
+            TaskRun.objects.filter(state=TaskRun.State.RUNNING)
+            .filter(
+                Q(attempt__state=Attempt.State.RUNNING)
+                | (Q(attempt__state=Attempt.State.ENDED) & ~Exists(restarted_in_place))
+            )
             .filter(Q(follower_heartbeat__isnull=True) | Q(follower_heartbeat__lt=stale))
             .exclude(started_at__gt=fresh)
             .exclude(id__in=mine)
