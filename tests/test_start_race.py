@@ -245,3 +245,43 @@ def test_the_decision_that_ends_a_stopped_job_stops_a_container_whose_run_hung(d
         assert TrainingJob.objects.get(id=job.id).phase == Phase.TERMINATED
     finally:
         container.remove(force=True)
+
+
+def test_a_reschedule_that_finds_no_host_stops_the_instances_it_would_have_kept(demo, docker_client):
+    """Instance rescheduling (pod_retry_num) moves the lost instance and restarts the others in
+    their containers; with no host for the lost one it falls back to a job-level restart in new
+    containers (here: none to place it on yet). The decision took "reschedule" as a restart in
+    place and stopped nothing: the surviving instance ran on beside the restart, holding its host.
+    Now only a next attempt that really reuses the containers keeps them running."""
+    from faulttolerance.models import RecoveryRecord
+    from jobs.models import DockerHost
+
+    job = TrainingJob(
+        workspace=demo.workspace, created_by=demo.owner, name="no-host", image=BUSYBOX, command="sleep 300",
+        node_count=2, fault_tolerance=True, max_restarts=2, pod_retry_num=1,
+    )  # fmt: skip
+    job.full_clean()
+    job.save()
+    TrainingJob.objects.filter(id=job.id).update(phase=Phase.RUNNING)
+    gone = DockerHost.objects.create(name="gone", base_url="unix:///nonexistent/console-test.sock", pool=demo.pool)
+    container = _live_container(docker_client, job)
+    now = timezone.now()
+    attempt = Attempt.objects.create(job=job, number=1, level="initial", state=Attempt.State.RUNNING, started_at=now)
+    TaskRun.objects.create(
+        attempt=attempt, index=0, host=gone, container_name=docker_hosts.container_name(job, 1, 0),
+        state=TaskRun.State.LOST, started_at=now, ended_at=now, error="Docker host gone became unreachable.",
+    )  # fmt: skip
+    TaskRun.objects.create(
+        attempt=attempt, index=1, host=demo.host, container_name=docker_hosts.container_name(job, 1, 1),
+        container_id=container.id, state=TaskRun.State.RUNNING, started_at=now,
+    )  # fmt: skip
+    DockerHost.objects.filter(id=demo.host.id).update(isolated=True)  # no host for the lost instance
+    try:
+        assert decide.attempt_may_have_ended(attempt.id) is True
+        record = RecoveryRecord.objects.get(job=job)
+        assert (record.failure_class, record.restart) == ("node_failure", True), record.decision_reason
+        assert not TaskRun.objects.filter(attempt__job=job, reuses_container=True).exists()
+        container.reload()
+        assert container.status == "exited"
+    finally:
+        container.remove(force=True)

@@ -98,7 +98,7 @@ def attempt_may_have_ended(attempt_id: int) -> bool:
         # code does not expect) ends the job, saying why, rather than leaving it Running.
         log.exception("deciding attempt %s failed", attempt.id)
         return _end_undecidable(attempt, exc)
-    in_place = decision is not None and decision.restart and decision.level in ("process", "reschedule")
+    in_place = decision is not None and decision.restart and _restarted_in_its_containers(attempt)
     if failed and not in_place and (not terminating or any(r.hung for r in failed)):
         # Collective training cannot go on with one rank gone, and launchers
         # waiting for a decision must end: stop every container of the attempt. (A job being
@@ -109,6 +109,16 @@ def attempt_may_have_ended(attempt_id: int) -> bool:
         faults.crash_point("before-stopping-the-attempt")
         stop_attempt_containers(attempt.id)
     return True
+
+
+def _restarted_in_its_containers(attempt: Attempt) -> bool:
+    """The decision's next attempt runs on in this one's containers (process level, or a
+    reschedule that found a host for the lost instance): they keep running. Not a reschedule
+    that found none: it falls back to a job-level restart in new containers (or waits for a
+    host), and the instances still running must stop. Made in the decision's transaction."""
+    return TaskRun.objects.filter(
+        attempt__job_id=attempt.job_id, attempt__number__gt=attempt.number, reuses_container=True
+    ).exists()
 
 
 class _AlreadyClaimed(Exception):
