@@ -180,9 +180,10 @@ def start_attempt(attempt_id: int) -> bool:
         state, ran_since = row or (None, None)
         if state == Attempt.State.ENDED and ran_since is None:
             # Stopped while starting (a stop is the only decision a starting attempt gets): no
-            # follower takes a run of an ended attempt, so nobody else would remove its
-            # containers (whichever start made them, a dead one's too) nor record that those
-            # instances ended.
+            # follower has these runs (a pool adopts a run of an ended attempt only when nobody
+            # followed it for a while, followers.adopt), so this start removes the containers
+            # (whichever start made them, a dead one's too) and records that those instances
+            # ended, now rather than after that while.
             TaskRun.objects.filter(attempt_id=attempt.id, state=TaskRun.State.RUNNING).update(
                 state=TaskRun.State.EXITED, ended_at=timezone.now(), error="Stopped while the attempt was starting."
             )
@@ -226,9 +227,10 @@ def _stop_what_this_start_marked(attempt: Attempt, marked: list[int], *, ended: 
     running while this one was still creating, and the user's Stop came meanwhile: the stop
     task may have looked before this start's containers ran. A Stop leaves no next attempt, so
     nothing here is another attempt's. While the attempt runs, the stop task is asked again; once
-    it ended, what this start marked running afterwards is no follower's (none takes a run of an
-    ended attempt): stopped here, and those runs ended, so the orphan scan removes them. A run a
-    follower did take is left to it (it persists the last lines, then removes the container)."""
+    it ended, what this start marked running afterwards has no follower yet (a pool adopts a run
+    of an ended attempt only after a while, followers.adopt): stopped here, and those runs
+    ended, so the orphan scan removes them. A run a follower did take is left to it (it persists
+    the last lines, then removes the container)."""
     if not marked:
         return  # the other start's instances: its own end asked the stop task again
     if not ended:
