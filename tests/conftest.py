@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import docker
@@ -398,6 +399,23 @@ def wait_for(predicate, timeout: float = 30, interval: float = 0.1, message: str
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
         time.sleep(interval)
+
+
+@contextmanager
+def worker_dying_at(celery_worker_process, monkeypatch, point: str):
+    """The worker restarted to SIGKILL itself at `point` (jobs/runtime/faults.py crash_point): the
+    block submits what reaches it and waits for the death; afterwards the worker runs again,
+    without the crash point."""
+    celery_worker_process.stop()
+    monkeypatch.setenv("CONSOLE_CRASH_AT", point)
+    celery_worker_process.start()
+    monkeypatch.delenv("CONSOLE_CRASH_AT")
+    try:
+        yield lambda: wait_for(
+            lambda: celery_worker_process.proc.poll() is not None, timeout=40, message="the worker to die"
+        )
+    finally:
+        celery_worker_process.ensure_running()
 
 
 def settle_jobs(timeout: float = 60, docker_client=None) -> None:

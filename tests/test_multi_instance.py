@@ -17,7 +17,7 @@ import pytest
 from jobs.models import Attempt, Phase, TaskRun, TrainingJob
 from jobs.runtime import schedule, stop
 from jobs.runtime.logs import read_lines, split_frame
-from tests.conftest import describe, submit_job, wait_for
+from tests.conftest import describe, submit_job, wait_for, worker_dying_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -320,18 +320,11 @@ def test_a_worker_killed_before_it_stopped_the_other_instance_loses_none_of_it(
     worker adopts an instance of an ended attempt, and the orphan scan skips a running one. Now
     the next worker adopts it, does the stop the decision did not, and persists every line rank 1
     wrote, its last one on SIGTERM included; then the container is removed."""
-    celery_worker_process = worker
-    celery_worker_process.stop()
-    monkeypatch.setenv("CONSOLE_CRASH_AT", "before-stopping-the-attempt")
-    celery_worker_process.start()
-    monkeypatch.delenv("CONSOLE_CRASH_AT")
-    try:
+    with worker_dying_at(worker, monkeypatch, "before-stopping-the-attempt") as wait_for_its_death:
         job = make_job(demo, ONE_FAILS_ONE_RUNS, fault_tolerance=False)
         logs = follow_containers(job, 1)
-        wait_for(lambda: celery_worker_process.proc.poll() is not None, timeout=40, message="the worker to die")
+        wait_for_its_death()
         assert ended(job) and job.phase == Phase.FAILED, job.phase  # decided before it died
-    finally:
-        celery_worker_process.ensure_running()  # without the crash point
     runs = runs_of(job, 1)
 
     def rank_1_followed_to_its_end() -> bool:

@@ -17,7 +17,7 @@ from jobs.models import Attempt, DockerHost, EventKind, Phase, TaskRun, Training
 from jobs.runtime import docker_hosts, reconcile, start
 from jobs.runtime import stop as stopping
 from jobs.runtime.logs import read_lines
-from tests.conftest import BUSYBOX, submit_job, wait_for
+from tests.conftest import BUSYBOX, submit_job, wait_for, worker_dying_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -331,19 +331,12 @@ def test_a_worker_killed_between_claim_and_decision_leaves_no_job_undecided(demo
     """The worker dies right after it claimed the attempt's end (CONSOLE_CRASH_AT): the claim is
     rolled back with it, and the next worker decides within a reconcile period. (The `worker`
     fixture removes the container the killed follower left behind.)"""
-    celery_worker_process = worker
-    celery_worker_process.stop()
-    monkeypatch.setenv("CONSOLE_CRASH_AT", "after-claim")
-    celery_worker_process.start()
-    monkeypatch.delenv("CONSOLE_CRASH_AT")
-    try:
+    with worker_dying_at(worker, monkeypatch, "after-claim") as wait_for_its_death:
         job = submit_job(demo, fault_tolerance=True, max_restarts=1, command="echo failing; exit 3")
-        wait_for(lambda: celery_worker_process.proc.poll() is not None, timeout=40, message="the worker to die")
+        wait_for_its_death()
         assert not reload(job).is_final
         attempt = job.attempts.get()
         assert attempt.state == Attempt.State.RUNNING and attempt.outcome == ""  # the claim died with it
-    finally:
-        celery_worker_process.ensure_running()  # without the crash point
     wait_for(lambda: job.attempts.filter(number=1, state=Attempt.State.ENDED).exists(), timeout=20)
     wait_for(lambda: reload(job).is_final, timeout=40, message="the decision")
     assert job.phase == Phase.FAILED and job.restarts_used == 0

@@ -105,3 +105,9 @@ class TaskRun(models.Model):
     @property
     def task_name(self) -> str:
         return f"worker-{self.index}"
+
+    @classmethod
+    def later_in_its_container(cls, container_id, job_id, number) -> models.QuerySet:
+        """The runs of later attempts of the job restarted in this container (process level, or
+        the instances a reschedule kept): values, or OuterRef()s for a subquery."""
+        return cls.objects.filter(container_id=container_id, attempt__job_id=job_id, attempt__number__gt=number)

@@ -23,7 +23,7 @@ from .decide import attempt_may_have_ended
 from .engine import HOST_ERRORS
 from .hang import HangWatch, Sampler, capture_stacks, no_gpu, nvidia_smi_gpu
 from .logs import Follower, ProcessExited, docker_time
-from .stop import STOP_TIMEOUT_S, containers_kept
+from .stop import containers_kept, stop_run_container
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,9 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
     if task_run is None:
         return False
     if not drain and _decided_without_it(task_run):
-        _stop_as_decided(task_run)
+        # Do the stop the dead worker's decision did not (one it finds gone, the follow marks
+        # lost); the follow then persists the rest of the log and records the end as for any.
+        stop_run_container(task_run)
     watch = _hang_watch(task_run)
     sampler: Sampler | None = None
     recorder: resources.ResourceRecorder | None = None
@@ -168,22 +170,8 @@ def _decided_without_it(task_run: TaskRun) -> bool:
     restarts in its container (decided in the same transaction, so its run is there already)."""
     if task_run.attempt.state != Attempt.State.ENDED:
         return False
-    return not TaskRun.objects.filter(
-        container_id=task_run.container_id,
-        attempt__job_id=task_run.attempt.job_id,
-        attempt__number__gt=task_run.attempt.number,
-    ).exists()
-
-
-def _stop_as_decided(task_run: TaskRun) -> None:
-    """Do the stop the dead worker's decision did not; the follow then persists the rest of the
-    log and records the end as for any stopped instance."""
-    try:
-        engine.stop_ref(task_run.host, task_run.container_id or task_run.container_name, timeout=STOP_TIMEOUT_S)
-    except engine.NotFound:
-        pass  # the follow marks it lost
-    except HOST_ERRORS as exc:
-        log.warning("could not stop %s of an ended attempt: %s", task_run.container_name, exc)
+    attempt = task_run.attempt
+    return not TaskRun.later_in_its_container(task_run.container_id, attempt.job_id, attempt.number).exists()
 
 
 def _mark_lost(task_run: TaskRun, reason: str) -> None:
@@ -202,11 +190,7 @@ def process_exited(task_run: TaskRun, code: int, oom_killed: bool = False) -> Ta
     deadline = time.monotonic() + SUCCESSOR_WAIT_S
     while time.monotonic() < deadline:
         successor = (
-            TaskRun.objects.filter(
-                container_id=task_run.container_id,
-                attempt__job_id=task_run.attempt.job_id,
-                attempt__number__gt=task_run.attempt.number,
-            )
+            TaskRun.later_in_its_container(task_run.container_id, task_run.attempt.job_id, task_run.attempt.number)
             .order_by("attempt__number")
             .first()
         )

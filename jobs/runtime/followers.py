@@ -106,10 +106,8 @@ class FollowerPool:
         # A running instance of an ended attempt too: the worker that decided died before it
         # stopped it, with its follower (follow._decided_without_it stops it, then the follow
         # persists the rest of its log). Not one whose container a later attempt restarts in.
-        restarted_in_place = TaskRun.objects.filter(
-            container_id=OuterRef("container_id"),
-            attempt__job_id=OuterRef("attempt__job_id"),
-            attempt__number__gt=OuterRef("attempt__number"),
+        restarted_in_place = TaskRun.later_in_its_container(
+            OuterRef("container_id"), OuterRef("attempt__job_id"), OuterRef("attempt__number")
         )
         candidates = (
             TaskRun.objects.filter(state=TaskRun.State.RUNNING)

@@ -56,10 +56,8 @@ def drain_dead_followers() -> bool:
     then removes the container (nothing else would: a followed run is not an orphan)."""
     stale = timezone.now() - timezone.timedelta(seconds=settings.FOLLOWER_STALE_AFTER_S)
     # Not when a later run restarted in the same container: its follower reads that container.
-    restarted_in_place = TaskRun.objects.filter(
-        container_id=OuterRef("container_id"),
-        attempt__job_id=OuterRef("attempt__job_id"),
-        attempt__number__gt=OuterRef("attempt__number"),
+    restarted_in_place = TaskRun.later_in_its_container(
+        OuterRef("container_id"), OuterRef("attempt__job_id"), OuterRef("attempt__number")
     )
     ids = list(
         TaskRun.objects.filter(state=TaskRun.State.EXITED, follower_token__isnull=False)

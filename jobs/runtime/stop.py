@@ -147,15 +147,20 @@ def _containers_of(attempt_id: int):
 
 
 def stop_attempt_containers(attempt_id: int) -> None:
-    """docker stop every container of an attempt (the launcher forwards SIGTERM), by its id
-    where the start recorded one: no look-up first."""
+    """docker stop every container of an attempt (the launcher forwards SIGTERM)."""
     for task_run in TaskRun.objects.filter(attempt_id=attempt_id).select_related("host"):
-        try:
-            engine.stop_ref(task_run.host, task_run.container_id or task_run.container_name, timeout=STOP_TIMEOUT_S)
-        except engine.NotFound:
-            continue
-        except HOST_ERRORS as exc:
-            log.warning("could not stop %s: %s", task_run.container_name, exc)
+        stop_run_container(task_run)
+
+
+def stop_run_container(task_run: TaskRun) -> None:
+    """docker stop of one instance's container, by its id where the start recorded one: no
+    look-up first. One already gone is not an error; an engine's error is logged."""
+    try:
+        engine.stop_ref(task_run.host, task_run.container_id or task_run.container_name, timeout=STOP_TIMEOUT_S)
+    except engine.NotFound:
+        pass
+    except HOST_ERRORS as exc:
+        log.warning("could not stop %s: %s", task_run.container_name, exc)
 
 
 def remove_attempt_containers(attempt_id: int) -> None:
