@@ -187,7 +187,15 @@ CELERY_CONTROL_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}.control"
 CELERY_TASK_QUEUES = {CELERY_TASK_DEFAULT_QUEUE: {}, CELERY_CONTROL_QUEUE: {}}  # a worker takes both by default
 CELERY_TASK_ROUTES = {
     f"jobs.tasks.{name}": {"queue": CELERY_CONTROL_QUEUE}
-    for name in ("schedule_job", "start_attempt", "end_attempt", "stop_job", "follow_task_run", "reconcile")
+    for name in (
+        "schedule_job",
+        "start_attempt",
+        "end_attempt",
+        "stop_job",
+        "stop_instance",
+        "follow_task_run",
+        "reconcile",
+    )
 }
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = False

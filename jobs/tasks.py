@@ -49,6 +49,13 @@ def stop_job(job_id: str) -> bool:
 
 
 @shared_task
+def stop_instance(task_run_id: int) -> bool:
+    from jobs.runtime import stop
+
+    return stop.stop_outliving_instance(task_run_id)
+
+
+@shared_task
 def job_outputs(job_id: str) -> bool:
     from jobs.runtime import outputs
 

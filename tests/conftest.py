@@ -418,6 +418,37 @@ def worker_dying_at(celery_worker_process, monkeypatch, point: str):
         celery_worker_process.ensure_running()
 
 
+@pytest.fixture
+def second_worker():
+    """Another worker process on the same queues, started by the test, without the reconcile
+    timer (one beat per console): it runs tasks and follows instances, never reconcile."""
+    celery = str(Path(sys.executable).with_name("celery"))
+    process = ManagedProcess(
+        "celery-worker-2",
+        [
+            celery,
+            "-A",
+            "console",
+            "worker",
+            "-n",
+            "second@%h",
+            "--pool",
+            "threads",
+            "--concurrency",
+            "8",
+            "-Q",
+            f"{settings.CELERY_TASK_DEFAULT_QUEUE},{settings.CELERY_CONTROL_QUEUE}",
+            "--without-heartbeat",
+            "--without-mingle",
+            "--without-gossip",
+            "-l",
+            "INFO",
+        ],
+    )
+    yield process
+    process.stop()
+
+
 def settle_jobs(timeout: float = 60, docker_client=None) -> None:
     """Stop every unfinished job and wait until no worker is busy with any of them
     and (given a Docker client) none of their containers is left."""

@@ -344,3 +344,61 @@ def test_a_worker_killed_before_it_stopped_the_other_instance_loses_none_of_it(
         timeout=30,
         message="rank 1's container removed",
     )
+
+
+RANK_0_FAILS_ON_GO = (
+    'if [ "$RANK" = 0 ]; then while [ ! -e /tmp/go ]; do sleep 0.1; done; echo "r0 failing"; exit 1; fi; '
+    "trap 'echo \"r1 stopped\"; exit 143' TERM; "
+    'i=0; while true; do i=$((i+1)); echo "r1 line $i"; sleep 0.1 & wait $!; done'
+)
+
+
+def test_an_instance_followed_elsewhere_is_stopped_when_the_deciding_worker_died(
+    demo, worker, second_worker, docker_client, monkeypatch
+):
+    """Rank 0 is followed by the first worker, rank 1 by a second one. Rank 0 fails, the job fails
+    (no fault tolerance), and the first worker dies between its decision and its stop of rank 1
+    (CONSOLE_CRASH_AT). Rank 1's follower lives on in the second worker, so no pool adopts it:
+    before, rank 1 ran on for good under a Failed job. Now reconcile (the first worker's beat,
+    back) stops what outlived its attempt, and the second worker's follower records the end and
+    persists every line rank 1 wrote, its last one on SIGTERM included."""
+    monkeypatch.setenv("CONSOLE_FOLLOWERS_PER_PROCESS", "1")  # the first worker follows rank 0 only
+    with worker_dying_at(worker, monkeypatch, "before-stopping-the-attempt") as wait_for_its_death:
+        monkeypatch.delenv("CONSOLE_FOLLOWERS_PER_PROCESS")
+        job = make_job(demo, RANK_0_FAILS_ON_GO, fault_tolerance=False)
+        logs = follow_containers(job, 1)
+        runs = runs_of(job, 1)
+        rank_0_token = wait_for(lambda: TaskRun.objects.get(id=runs[0].id).follower_token, message="rank 0 followed")
+        second_worker.start()
+        rank_1_token = wait_for(
+            lambda: TaskRun.objects.get(id=runs[1].id).follower_token, timeout=30, message="rank 1 followed"
+        )
+        assert TaskRun.objects.get(id=runs[0].id).follower_token == rank_0_token  # still the first worker's
+        container_0 = docker_client.containers.get(runs[0].container_id)
+        assert container_0.exec_run(["touch", "/tmp/go"]).exit_code == 0
+        wait_for_its_death()
+        assert ended(job) and job.phase == Phase.FAILED, job.phase  # decided before it died
+    assert TaskRun.objects.get(id=runs[1].id).state == TaskRun.State.RUNNING  # the stop was lost
+
+    followers_of_rank_1 = set()
+
+    def rank_1_followed_to_its_end() -> bool:
+        run = TaskRun.objects.get(id=runs[1].id)
+        followers_of_rank_1.add(run.follower_token)
+        return run.state != TaskRun.State.RUNNING and run.follower_token is None
+
+    try:
+        wait_for(rank_1_followed_to_its_end, timeout=60, message="rank 1 stopped and followed to its end")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}:\n{describe()}") from None
+    assert followers_of_rank_1 == {rank_1_token, None}  # the second worker's follower, to the end
+    expected = logs[1].result()
+    assert persisted(job, 1, 1) == expected
+    assert expected[-1][1] == "r1 stopped"
+    run_1 = TaskRun.objects.get(id=runs[1].id)
+    assert (run_1.state, run_1.exit_code) == (TaskRun.State.EXITED, 143)
+    wait_for(
+        lambda: not docker_client.containers.list(all=True, sparse=True, filters={"label": f"console.job={job.id}"}),
+        timeout=30,
+        message="both containers removed",
+    )

@@ -4,52 +4,18 @@ done twice — every line persisted once, one attempt, one container, one decisi
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 from django.conf import settings
 
 from jobs.models import Phase, TaskRun, TrainingJob
 from jobs.runtime.logs import read_lines
-from tests.conftest import ManagedProcess, submit_job, wait_for
+from tests.conftest import submit_job, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 TOTAL = 2000
 # ~8 s of output: numbered lines, a 0.2 s pause every 50.
 NUMBERED = f"for i in $(seq 1 {TOTAL}); do echo n=$i; if [ $((i % 50)) -eq 0 ]; then sleep 0.2; fi; done"
-
-
-@pytest.fixture
-def second_worker():
-    """Another worker process on the same queues, without the reconcile timer (one beat per
-    console): only its follower pool can take the instance over."""
-    celery = str(Path(sys.executable).with_name("celery"))
-    process = ManagedProcess(
-        "celery-worker-2",
-        [
-            celery,
-            "-A",
-            "console",
-            "worker",
-            "-n",
-            "second@%h",
-            "--pool",
-            "threads",
-            "--concurrency",
-            "8",
-            "-Q",
-            f"{settings.CELERY_TASK_DEFAULT_QUEUE},{settings.CELERY_CONTROL_QUEUE}",
-            "--without-heartbeat",
-            "--without-mingle",
-            "--without-gossip",
-            "-l",
-            "INFO",
-        ],
-    )
-    yield process
-    process.stop()
 
 
 def run_of(job: TrainingJob) -> TaskRun | None:

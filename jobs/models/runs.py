@@ -91,6 +91,10 @@ class TaskRun(models.Model):
     log_last_ts_ns = models.BigIntegerField(default=0)
     log_last_ts_count = models.PositiveBigIntegerField(default=0, help_text="Lines persisted with log_last_ts_ns.")
 
+    # Reconcile's stop of an instance that outlived its attempt (its stop was lost): when it was
+    # last asked, so that it is asked again only after a while (reconcile.py).
+    outlived_stop_asked_at = models.DateTimeField(null=True, blank=True)
+
     # Which worker follows the container; claimed with a conditional update.
     follower_token = models.UUIDField(null=True, blank=True)
     follower_heartbeat = models.DateTimeField(null=True, blank=True)
@@ -111,3 +115,24 @@ class TaskRun(models.Model):
         """The runs of later attempts of the job restarted in this container (process level, or
         the instances a reschedule kept): values, or OuterRef()s for a subquery."""
         return cls.objects.filter(container_id=container_id, attempt__job_id=job_id, attempt__number__gt=number)
+
+    @classmethod
+    def outliving_their_attempt(cls) -> models.QuerySet:
+        """Instances whose container should have stopped: their attempt ended, yet the run is
+        still running, or still followed (ended in place: its process ended or hung and the
+        container waits; a restart in it reported failed), and no later attempt took the
+        container over. The decision stops them right after it commits; what is left here a
+        while later, its stop was lost."""
+        took_over = cls.later_in_its_container(
+            models.OuterRef("container_id"), models.OuterRef("attempt__job_id"), models.OuterRef("attempt__number")
+        ).exclude(
+            # A restart in it that ended before it ran (stopped while starting, or its start
+            # failed): the container is still this run's.
+            attempt__state=Attempt.State.ENDED,
+            state__in=[cls.State.CREATED, cls.State.START_FAILED],
+        )
+        return (
+            cls.objects.filter(attempt__state=Attempt.State.ENDED)
+            .filter(models.Q(state=cls.State.RUNNING) | models.Q(follower_token__isnull=False))
+            .exclude(models.Exists(took_over))
+        )

@@ -23,7 +23,7 @@ from .decide import attempt_may_have_ended
 from .engine import HOST_ERRORS
 from .hang import HangWatch, Sampler, capture_stacks, no_gpu, nvidia_smi_gpu
 from .logs import Follower, ProcessExited, docker_time
-from .stop import containers_kept, stop_run_container
+from .stop import containers_kept
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +37,6 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
     task_run = follower.claim(ended=drain)
     if task_run is None:
         return False
-    if not drain and _decided_without_it(task_run):
-        # Do the stop the dead worker's decision did not (one it finds gone, the follow marks
-        # lost); the follow then persists the rest of the log and records the end as for any.
-        stop_run_container(task_run)
     watch = _hang_watch(task_run)
     sampler: Sampler | None = None
     recorder: resources.ResourceRecorder | None = None
@@ -162,16 +158,6 @@ def _mark_exited(task_run: TaskRun, container) -> None:
         oom_killed=bool(state.get("OOMKilled")) or bool(report and report.oom_killed),
         ended_at=docker_time(state.get("FinishedAt")) or timezone.now(),
     )
-
-
-def _decided_without_it(task_run: TaskRun) -> bool:
-    """Its attempt ended while this instance ran unfollowed: the worker that decided died before
-    it stopped the attempt's other instances, with their followers. Not when a later attempt
-    restarts in its container (decided in the same transaction, so its run is there already)."""
-    if task_run.attempt.state != Attempt.State.ENDED:
-        return False
-    attempt = task_run.attempt
-    return not TaskRun.later_in_its_container(task_run.container_id, attempt.job_id, attempt.number).exists()
 
 
 def _mark_lost(task_run: TaskRun, reason: str) -> None:

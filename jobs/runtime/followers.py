@@ -104,8 +104,9 @@ class FollowerPool:
         # A start follows its containers itself (follow_soon) right away; give it that second.
         fresh = timezone.now() - timezone.timedelta(seconds=ADOPT_EVERY_S)
         # A running instance of an ended attempt too: the worker that decided died before it
-        # stopped it, with its follower (follow._decided_without_it stops it, then the follow
-        # persists the rest of its log). Not one whose container a later attempt restarts in.
+        # stopped it, with its follower. Reconcile stops it (stop_instances_of_ended_attempts);
+        # the follow persists the rest of its log and records its end. Not one whose container a
+        # later attempt restarts in: that attempt's run is followed.
         restarted_in_place = TaskRun.later_in_its_container(
             OuterRef("container_id"), OuterRef("attempt__job_id"), OuterRef("attempt__number")
         )

@@ -46,6 +46,12 @@ def stop_job(job_id: UUID | str) -> None:
     _after_commit(tasks.stop_job, str(job_id))
 
 
+def stop_instance(task_run_id: int, expires_s: float) -> None:
+    """Stop an instance that outlived its ended attempt (stop.stop_outliving_instance); a message
+    not taken within expires_s is dropped (reconcile asks again by then)."""
+    transaction.on_commit(lambda: tasks.stop_instance.apply_async((task_run_id,), expires=expires_s))
+
+
 def job_outputs(job_id: UUID | str) -> None:
     """Auto-publish and log export of an ended job (outputs.py)."""
     _after_commit(tasks.job_outputs, str(job_id))

@@ -104,6 +104,35 @@ def finish_terminations() -> bool:
     return bool(ids)
 
 
+ENDED_ATTEMPT_GRACE_S = 10
+OUTLIVED_RESTOP_S = 60
+
+
+def stop_instances_of_ended_attempts() -> bool:
+    """Instances still running a while after their attempt ended, in containers no later
+    attempt took over (TaskRun.outliving_their_attempt): the decision's stop was lost (its
+    worker died between the commit and the stop, the engine failed it, a start that raced a
+    Stop marked them running after). Whoever follows them, here or on another worker, records
+    the end once they are stopped. Each is asked once a minute at most (claimed with a
+    conditional update): a wedged engine must not fill the control queue with stops."""
+    now = timezone.now()
+    cutoff = now - timezone.timedelta(seconds=ENDED_ATTEMPT_GRACE_S)
+    again = now - timezone.timedelta(seconds=OUTLIVED_RESTOP_S)
+    due = (
+        TaskRun.outliving_their_attempt()
+        .filter(attempt__ended_at__lt=cutoff)
+        .filter(Q(outlived_stop_asked_at__isnull=True) | Q(outlived_stop_asked_at__lt=again))
+        .order_by("outlived_stop_asked_at", "id")
+        .values_list("id", "outlived_stop_asked_at")[:100]
+    )
+    asked = False
+    for task_run_id, last_asked in list(due):
+        if TaskRun.objects.filter(id=task_run_id, outlived_stop_asked_at=last_asked).update(outlived_stop_asked_at=now):
+            later.stop_instance(task_run_id, expires_s=OUTLIVED_RESTOP_S)
+            asked = True
+    return asked
+
+
 def stop_stale_preemptions() -> bool:
     """Preempted attempts whose containers still run after a while: the scheduler's worker died
     between claiming the victims and stopping them, and no job of the pool is waiting to do it."""
@@ -269,6 +298,7 @@ STEPS = (
     drain_dead_followers,
     end_decided_attempts,
     finish_terminations,
+    stop_instances_of_ended_attempts,
     stop_stale_preemptions,
     auto_stop_jobs,
     release_retained_jobs,

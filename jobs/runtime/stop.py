@@ -163,6 +163,17 @@ def stop_run_container(task_run: TaskRun) -> None:
         log.warning("could not stop %s: %s", task_run.container_name, exc)
 
 
+def stop_outliving_instance(task_run_id: int) -> bool:
+    """Stop the container of an instance that outlived its ended attempt (reconcile found it);
+    checked again here: a later attempt may restart in it by now, or its end was recorded."""
+    task_run = TaskRun.outliving_their_attempt().filter(id=task_run_id).select_related("host").first()
+    if task_run is None:
+        return False
+    log.warning("stopping %s: its attempt ended and it still runs", task_run.container_name)
+    stop_run_container(task_run)
+    return True
+
+
 def remove_attempt_containers(attempt_id: int) -> None:
     for task_run, container in _containers_of(attempt_id):
         try:
