@@ -285,3 +285,32 @@ def test_a_reschedule_that_finds_no_host_stops_the_instances_it_would_have_kept(
         assert container.status == "exited"
     finally:
         container.remove(force=True)
+
+
+def test_a_container_a_dead_start_left_under_a_stopped_attempt_is_an_orphan(demo, docker_client, settings):
+    """The start made and started the container, then its worker died before it marked the instance
+    running; the user's Stop found nothing started and ended the attempt and the job. No start runs
+    an ended attempt again, so the run stays "created" for good, and the orphan scan took a
+    "created" run as one about to start: the container ran on. Now it is an orphan once the
+    attempt ended a while ago (settings.ORPHAN_GRACE_S, here 0)."""
+    from jobs.runtime import cleanup
+
+    settings.ORPHAN_GRACE_S = 0
+    job, attempt = _job_and_attempt(demo)
+    run = TaskRun.objects.get(attempt=attempt)
+    labels = {"console.managed": "1", "console.job": str(job.id), TEST_LABEL[0]: TEST_LABEL[1]}
+    left = docker_client.containers.run(
+        BUSYBOX, TERM_ENDS_IT, name=run.container_name, labels=labels, detach=True, network_mode="none"
+    )
+    try:
+        _stop_requested(job)
+        assert stop.stop_job(job.id) is True
+        assert TrainingJob.objects.get(id=job.id).phase == Phase.TERMINATED
+        assert TaskRun.objects.get(id=run.id).state == TaskRun.State.CREATED
+        left.reload()
+        assert left.status == "running"  # nothing started, as far as the database knows
+        assert cleanup.remove_orphaned_containers() is True
+        assert not docker_client.containers.list(all=True, sparse=True, filters={"id": left.id})
+    finally:
+        for container in docker_client.containers.list(all=True, sparse=True, filters={"id": left.id}):
+            container.remove(force=True)

@@ -226,7 +226,15 @@ def _is_uuid(value) -> bool:
 def _runs_by_container_name(names) -> dict[str, list[dict]]:
     """What _orphaned needs of every task run of these containers, in one query per 900 names
     (SQLite before 3.32 takes at most 999 parameters)."""
-    fields = ("container_name", "state", "follower_token", "ended_at", "attempt__state", "attempt__job__phase")
+    fields = (
+        "container_name",
+        "state",
+        "follower_token",
+        "ended_at",
+        "attempt__state",
+        "attempt__ended_at",
+        "attempt__job__phase",
+    )
     runs: dict[str, list[dict]] = {}
     names = list(names)
     for start in range(0, len(names), 900):
@@ -239,10 +247,15 @@ def _orphaned(runs: list[dict], cutoff, old_enough_if_unknown: bool) -> bool:
     if not runs:
         return old_enough_if_unknown  # no task run knows it: nothing here will ever remove it
     for run in runs:
-        if run["state"] in (TaskRun.State.CREATED, TaskRun.State.RUNNING) or run["follower_token"]:
+        # A run still "created" under an ended attempt never ran and never will: its start died
+        # after it made (or even started) the container, and a Stop ended the attempt meanwhile;
+        # no start runs an ended attempt. Its container is an orphan once the attempt ended a while ago.
+        never_ran = run["state"] == TaskRun.State.CREATED and run["attempt__state"] == Attempt.State.ENDED
+        if (run["state"] in (TaskRun.State.CREATED, TaskRun.State.RUNNING) and not never_ran) or run["follower_token"]:
             return False
         if run["attempt__state"] != Attempt.State.ENDED or run["attempt__job__phase"] in RETAINED_PHASES:
             return False
-        if run["ended_at"] is None or run["ended_at"] > cutoff:
+        ended_at = run["attempt__ended_at"] if never_ran else run["ended_at"]
+        if ended_at is None or ended_at > cutoff:
             return False
     return True
