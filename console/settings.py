@@ -224,6 +224,9 @@ ORPHAN_GRACE_S = float(os.environ.get("CONSOLE_ORPHAN_GRACE_S", "20"))
 ORPHAN_SCAN_EVERY_S = float(os.environ.get("CONSOLE_ORPHAN_SCAN_EVERY_S", "15"))
 # Running instances one worker process follows at most (jobs/runtime/followers.py); the
 # pools of the other workers adopt the rest.
+# Reconcile stops an instance still running this long after its attempt ended (its decision's
+# stop was lost; jobs/runtime/reconcile.py): the decision's own stop comes first.
+OUTLIVED_STOP_GRACE_S = float(os.environ.get("CONSOLE_OUTLIVED_STOP_GRACE_S", "10"))
 FOLLOWERS_PER_PROCESS = int(os.environ.get("CONSOLE_FOLLOWERS_PER_PROCESS", "1000"))
 # A fault-tolerant single-instance job's next container is created while it runs, so that a
 # container-level restart is a start (jobs/runtime/standby.py); "0" turns that off.

@@ -25,6 +25,7 @@ os.environ["CONSOLE_CONTAINER_LABELS"] = f"console.test={_session}"
 os.environ.setdefault("CONSOLE_RECONCILE_INTERVAL_S", "2")
 os.environ.setdefault("CONSOLE_FOLLOWER_STALE_AFTER_S", "4")
 os.environ.setdefault("CONSOLE_ORPHAN_GRACE_S", "6")
+os.environ.setdefault("CONSOLE_OUTLIVED_STOP_GRACE_S", "3")
 os.environ.setdefault("CONSOLE_LOG_LEVEL", "WARNING")
 # Terminals and SSH relays one user may hold open at once (8 in production): a test reaches it.
 os.environ.setdefault("CONSOLE_SESSIONS_PER_USER", "3")

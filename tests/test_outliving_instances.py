@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from jobs.models import Attempt, TaskRun, TrainingJob
@@ -18,7 +19,7 @@ from tests.conftest import BUSYBOX, TEST_LABEL
 
 pytestmark = [pytest.mark.django_db]
 
-LONG_AGO = timezone.timedelta(seconds=reconcile.ENDED_ATTEMPT_GRACE_S + 5)
+LONG_AGO = timezone.timedelta(seconds=settings.OUTLIVED_STOP_GRACE_S + 5)
 
 
 def _job(demo, name: str) -> TrainingJob:

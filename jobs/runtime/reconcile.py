@@ -104,19 +104,18 @@ def finish_terminations() -> bool:
     return bool(ids)
 
 
-ENDED_ATTEMPT_GRACE_S = 10
 OUTLIVED_RESTOP_S = 60
 
 
 def stop_instances_of_ended_attempts() -> bool:
-    """Instances still running a while after their attempt ended, in containers no later
+    """Instances still running OUTLIVED_STOP_GRACE_S after their attempt ended, in containers no later
     attempt took over (TaskRun.outliving_their_attempt): the decision's stop was lost (its
     worker died between the commit and the stop, the engine failed it, a start that raced a
     Stop marked them running after). Whoever follows them, here or on another worker, records
     the end once they are stopped. Each is asked once a minute at most (claimed with a
     conditional update): a wedged engine must not fill the control queue with stops."""
     now = timezone.now()
-    cutoff = now - timezone.timedelta(seconds=ENDED_ATTEMPT_GRACE_S)
+    cutoff = now - timezone.timedelta(seconds=settings.OUTLIVED_STOP_GRACE_S)
     again = now - timezone.timedelta(seconds=OUTLIVED_RESTOP_S)
     due = (
         TaskRun.outliving_their_attempt()
