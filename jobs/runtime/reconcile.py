@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from jobs.models import RETAINED_PHASES, Attempt, DockerHost, Phase, TaskRun, TrainingJob
@@ -121,7 +121,7 @@ def stop_instances_of_ended_attempts() -> bool:
         TaskRun.outliving_their_attempt()
         .filter(attempt__ended_at__lt=cutoff)
         .filter(Q(outlived_stop_asked_at__isnull=True) | Q(outlived_stop_asked_at__lt=again))
-        .order_by("outlived_stop_asked_at", "id")
+        .order_by(F("outlived_stop_asked_at").asc(nulls_first=True), "id")  # never asked first
         .values_list("id", "outlived_stop_asked_at")[:100]
     )
     asked = False
