@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from jobs.models import Attempt, TaskRun, TrainingJob
 from jobs.runtime import docker_hosts, reconcile, stop
-from tests.conftest import BUSYBOX, TEST_LABEL
+from tests.conftest import BUSYBOX, TEST_LABEL, wait_for
 
 pytestmark = [pytest.mark.django_db]
 
@@ -133,3 +133,33 @@ def test_an_outliving_instance_is_stopped_and_one_restarted_in_place_is_not(demo
     finally:
         outliving.remove(force=True)
         reused.remove(force=True)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_run_before_a_restart_stopped_while_it_started_is_stopped_and_followed_to_its_end(demo, docker_client):
+    """A reschedule keeps the surviving instance's container for the next attempt; the user's Stop
+    came while that attempt started, so its run stays "created" under an ended attempt. The run
+    before still holds the container, its follower gone (its worker died). Before, that "created"
+    run counted as having taken the container over: no pool adopted the run before and reconcile
+    skipped it, so the container ran on, or stayed once stopped. Now reconcile stops it and a pool
+    follows it to its end: the end recorded, the container removed."""
+    from jobs.runtime import followers
+
+    labels = {TEST_LABEL[0]: TEST_LABEL[1]}
+    container = docker_client.containers.run(BUSYBOX, TERM_ENDS_IT, detach=True, network_mode="none", labels=labels)
+    try:
+        job = _job(demo, "kept-then-stopped")
+        before = _run(_attempt(job, 1, ENDED), demo.host, container.id, R.RUNNING)
+        _run(_attempt(job, 2, ENDED), demo.host, container.id, R.CREATED, reuses_container=True)
+        assert TaskRun.outliving_their_attempt().filter(id=before.id).exists()
+
+        assert stop.stop_outliving_instance(before.id) is True
+        pool = followers.FollowerPool(capacity=10)
+        assert pool.adopt() == 1
+        wait_for(lambda: not pool.following(), timeout=30, message="the follower to record the end")
+        before.refresh_from_db()
+        assert (before.state, before.exit_code, before.follower_token) == (R.EXITED, 0, None)
+        assert not docker_client.containers.list(all=True, sparse=True, filters={"id": container.id})
+    finally:
+        for left in docker_client.containers.list(all=True, sparse=True, filters={"id": container.id}):
+            left.remove(force=True)

@@ -113,8 +113,13 @@ class TaskRun(models.Model):
     @classmethod
     def later_in_its_container(cls, container_id, job_id, number) -> models.QuerySet:
         """The runs of later attempts of the job restarted in this container (process level, or
-        the instances a reschedule kept): values, or OuterRef()s for a subquery."""
-        return cls.objects.filter(container_id=container_id, attempt__job_id=job_id, attempt__number__gt=number)
+        the instances a reschedule kept) that took it over, or still may: not one whose attempt
+        ended before it ran (still "created": stopped while it started; "start failed": the
+        restart's call to the launcher failed), which leaves the container to the run before.
+        Values, or OuterRef()s for a subquery."""
+        return cls.objects.filter(
+            container_id=container_id, attempt__job_id=job_id, attempt__number__gt=number
+        ).exclude(attempt__state=Attempt.State.ENDED, state__in=[cls.State.CREATED, cls.State.START_FAILED])
 
     @classmethod
     def outliving_their_attempt(cls) -> models.QuerySet:
@@ -125,11 +130,6 @@ class TaskRun(models.Model):
         while later, its stop was lost."""
         took_over = cls.later_in_its_container(
             models.OuterRef("container_id"), models.OuterRef("attempt__job_id"), models.OuterRef("attempt__number")
-        ).exclude(
-            # A restart in it that ended before it ran (stopped while starting, or its start
-            # failed): the container is still this run's.
-            attempt__state=Attempt.State.ENDED,
-            state__in=[cls.State.CREATED, cls.State.START_FAILED],
         )
         return (
             cls.objects.filter(attempt__state=Attempt.State.ENDED)
