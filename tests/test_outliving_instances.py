@@ -163,3 +163,33 @@ def test_the_run_before_a_restart_stopped_while_it_started_is_stopped_and_follow
     finally:
         for left in docker_client.containers.list(all=True, sparse=True, filters={"id": container.id}):
             left.remove(force=True)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_restart_that_failed_to_start_after_its_follower_took_the_container_is_drained(demo, docker_client):
+    """A process-level restart: the follower handed over to the next run, whose start then failed
+    (the launcher's signal timed out: its command may run all the same), and the worker died. The
+    drain took only runs whose container ended, adoption only running ones, and the orphan scan
+    none holding a token: reconcile asked to stop it every minute for good and the container
+    stayed. Now a drain takes it: stopped, followed to its end, the container removed."""
+    from django.utils import timezone as tz
+
+    from jobs.runtime import follow
+
+    labels = {TEST_LABEL[0]: TEST_LABEL[1]}
+    container = docker_client.containers.run(BUSYBOX, TERM_ENDS_IT, detach=True, network_mode="none", labels=labels)
+    try:
+        job = _job(demo, "failed-after-handover")
+        _run(_attempt(job, 1, ENDED), demo.host, container.id, R.EXITED, ended_in_place=True, exit_code=1)
+        dead = tz.now() - tz.timedelta(seconds=settings.FOLLOWER_STALE_AFTER_S + 5)
+        handed = _run(_attempt(job, 2, ENDED), demo.host, container.id, R.START_FAILED, reuses_container=True,
+                      follower_token=uuid.uuid4(), follower_heartbeat=dead)  # fmt: skip
+        assert reconcile.drain_dead_followers() is True  # queued (no worker here: run below)
+        assert stop.stop_outliving_instance(handed.id) is True
+        assert follow.follow_task_run(handed.id, drain=True) is True
+        handed.refresh_from_db()
+        assert handed.follower_token is None
+        assert not docker_client.containers.list(all=True, sparse=True, filters={"id": container.id})
+    finally:
+        for left in docker_client.containers.list(all=True, sparse=True, filters={"id": container.id}):
+            left.remove(force=True)

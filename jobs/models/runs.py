@@ -122,6 +122,16 @@ class TaskRun(models.Model):
         ).exclude(attempt__state=Attempt.State.ENDED, state__in=[cls.State.CREATED, cls.State.START_FAILED])
 
     @classmethod
+    def drainable(cls) -> models.Q:
+        """Runs whose rest of the log a drain takes once their follower died: the container ended,
+        or the run never took its container for good (a restart in it whose attempt ended while it
+        was "created" or its start failed) after a follower was handed over to it."""
+        never_took_it = models.Q(
+            state__in=[cls.State.CREATED, cls.State.START_FAILED], attempt__state=Attempt.State.ENDED
+        )
+        return models.Q(state=cls.State.EXITED) | never_took_it
+
+    @classmethod
     def outliving_their_attempt(cls) -> models.QuerySet:
         """Instances whose container should have stopped: their attempt ended, yet the run is
         still running, or still followed (ended in place: its process ended or hung and the

@@ -187,7 +187,7 @@ class Follower:
         stale = timezone.now() - timezone.timedelta(seconds=settings.FOLLOWER_STALE_AFTER_S)
         runs = TaskRun.objects.filter(id=self.task_run_id)
         if ended:
-            runs = runs.filter(state=TaskRun.State.EXITED, follower_token__isnull=False)
+            runs = runs.filter(TaskRun.drainable(), follower_token__isnull=False)
         else:
             runs = runs.filter(state=TaskRun.State.RUNNING)
         claimed = runs.filter(Q(follower_heartbeat__isnull=True) | Q(follower_heartbeat__lt=stale)).update(

@@ -51,16 +51,17 @@ UNDECIDED_GRACE_S = 3
 
 
 def drain_dead_followers() -> bool:
-    """Runs whose container ended while their follower was dead (its worker was killed): the
-    lines the container wrote after the last one taken are persisted by a new follower, which
-    then removes the container (nothing else would: a followed run is not an orphan)."""
+    """Runs whose container ended while their follower was dead (its worker was killed), or that
+    never took their container for good (TaskRun.drainable): the lines the container wrote after
+    the last one taken are persisted by a new follower, which then removes the container (nothing
+    else would: a followed run is not an orphan)."""
     stale = timezone.now() - timezone.timedelta(seconds=settings.FOLLOWER_STALE_AFTER_S)
     # Not when a later run restarted in the same container: its follower reads that container.
     restarted_in_place = TaskRun.later_in_its_container(
         OuterRef("container_id"), OuterRef("attempt__job_id"), OuterRef("attempt__number")
     )
     ids = list(
-        TaskRun.objects.filter(state=TaskRun.State.EXITED, follower_token__isnull=False)
+        TaskRun.objects.filter(TaskRun.drainable(), follower_token__isnull=False)
         .filter(Q(follower_heartbeat__isnull=True) | Q(follower_heartbeat__lt=stale))
         .exclude(Exists(restarted_in_place))
         .values_list("id", flat=True)[:100]
