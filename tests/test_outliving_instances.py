@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from jobs.models import Attempt, TaskRun, TrainingJob
+from jobs.models import Attempt, Phase, TaskRun, TrainingJob
 from jobs.runtime import docker_hosts, reconcile, stop
 from tests.conftest import BUSYBOX, TEST_LABEL, wait_for
 
@@ -135,61 +135,59 @@ def test_an_outliving_instance_is_stopped_and_one_restarted_in_place_is_not(demo
         reused.remove(force=True)
 
 
+def _ended_job(demo, name: str) -> TrainingJob:
+    """A job the test's rows belong to, ended: the worker's scheduler leaves it alone."""
+    job = _job(demo, name)
+    TrainingJob.objects.filter(id=job.id).update(phase=Phase.TERMINATED, ended_at=timezone.now())
+    return job
+
+
+def _gone(docker_client, container) -> bool:
+    return not docker_client.containers.list(all=True, sparse=True, filters={"id": container.id})
+
+
 @pytest.mark.django_db(transaction=True)
-def test_the_run_before_a_restart_stopped_while_it_started_is_stopped_and_followed_to_its_end(demo, docker_client):
+def test_the_run_before_a_restart_stopped_while_it_started_is_stopped_and_followed_to_its_end(
+    demo, worker, docker_client
+):
     """A reschedule keeps the surviving instance's container for the next attempt; the user's Stop
     came while that attempt started, so its run stays "created" under an ended attempt. The run
     before still holds the container, its follower gone (its worker died). Before, that "created"
     run counted as having taken the container over: no pool adopted the run before and reconcile
-    skipped it, so the container ran on, or stayed once stopped. Now reconcile stops it and a pool
-    follows it to its end: the end recorded, the container removed."""
-    from jobs.runtime import followers
-
+    skipped it, so the container ran on. Now the worker's reconcile stops it and its pool follows
+    it to its end: the end recorded, the container removed."""
     labels = {TEST_LABEL[0]: TEST_LABEL[1]}
     container = docker_client.containers.run(BUSYBOX, TERM_ENDS_IT, detach=True, network_mode="none", labels=labels)
     try:
-        job = _job(demo, "kept-then-stopped")
+        job = _ended_job(demo, "kept-then-stopped")
         before = _run(_attempt(job, 1, ENDED), demo.host, container.id, R.RUNNING)
         _run(_attempt(job, 2, ENDED), demo.host, container.id, R.CREATED, reuses_container=True)
-        assert TaskRun.outliving_their_attempt().filter(id=before.id).exists()
-
-        assert stop.stop_outliving_instance(before.id) is True
-        pool = followers.FollowerPool(capacity=10)
-        assert pool.adopt() == 1
-        wait_for(lambda: not pool.following(), timeout=30, message="the follower to record the end")
+        wait_for(lambda: _gone(docker_client, container), timeout=60, message="the container stopped and removed")
         before.refresh_from_db()
         assert (before.state, before.exit_code, before.follower_token) == (R.EXITED, 0, None)
-        assert not docker_client.containers.list(all=True, sparse=True, filters={"id": container.id})
     finally:
         for left in docker_client.containers.list(all=True, sparse=True, filters={"id": container.id}):
             left.remove(force=True)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_restart_that_failed_to_start_after_its_follower_took_the_container_is_drained(demo, docker_client):
+def test_a_restart_that_failed_to_start_after_its_follower_took_the_container_is_drained(demo, worker, docker_client):
     """A process-level restart: the follower handed over to the next run, whose start then failed
     (the launcher's signal timed out: its command may run all the same), and the worker died. The
     drain took only runs whose container ended, adoption only running ones, and the orphan scan
     none holding a token: reconcile asked to stop it every minute for good and the container
-    stayed. Now a drain takes it: stopped, followed to its end, the container removed."""
-    from django.utils import timezone as tz
-
-    from jobs.runtime import follow
-
+    stayed. Now the worker's reconcile drains it: stopped, followed to its end, the container removed."""
     labels = {TEST_LABEL[0]: TEST_LABEL[1]}
     container = docker_client.containers.run(BUSYBOX, TERM_ENDS_IT, detach=True, network_mode="none", labels=labels)
     try:
-        job = _job(demo, "failed-after-handover")
+        job = _ended_job(demo, "failed-after-handover")
         _run(_attempt(job, 1, ENDED), demo.host, container.id, R.EXITED, ended_in_place=True, exit_code=1)
-        dead = tz.now() - tz.timedelta(seconds=settings.FOLLOWER_STALE_AFTER_S + 5)
+        dead = timezone.now() - timezone.timedelta(seconds=settings.FOLLOWER_STALE_AFTER_S + 5)
         handed = _run(_attempt(job, 2, ENDED), demo.host, container.id, R.START_FAILED, reuses_container=True,
                       follower_token=uuid.uuid4(), follower_heartbeat=dead)  # fmt: skip
-        assert reconcile.drain_dead_followers() is True  # queued (no worker here: run below)
-        assert stop.stop_outliving_instance(handed.id) is True
-        assert follow.follow_task_run(handed.id, drain=True) is True
+        wait_for(lambda: _gone(docker_client, container), timeout=60, message="the container stopped and removed")
         handed.refresh_from_db()
         assert handed.follower_token is None
-        assert not docker_client.containers.list(all=True, sparse=True, filters={"id": container.id})
     finally:
         for left in docker_client.containers.list(all=True, sparse=True, filters={"id": container.id}):
             left.remove(force=True)
