@@ -248,33 +248,36 @@ def test_database_released(django_db_setup, django_db_blocker):
         return
 
 
+def _worker_argv(concurrency: str, *extra: str) -> list[str]:
+    """A Celery worker of this console on the default and control queues, with threads."""
+    celery = str(Path(sys.executable).with_name("celery"))
+    return [
+        celery,
+        "-A",
+        "console",
+        "worker",
+        "--pool",
+        "threads",
+        "--concurrency",
+        concurrency,
+        "-Q",
+        f"{settings.CELERY_TASK_DEFAULT_QUEUE},{settings.CELERY_CONTROL_QUEUE}",
+        *extra,
+        "--without-heartbeat",
+        "--without-mingle",
+        "--without-gossip",
+        "-l",
+        "INFO",
+    ]
+
+
 @pytest.fixture(scope="session")
 def celery_worker_process(django_db_setup, django_db_blocker, docker_client):
     # docker_client first: its clean-up (every container of this session) then runs after the
     # worker stopped; the other way round, a start the worker made while stopping left a container.
-    celery = str(Path(sys.executable).with_name("celery"))
     worker = ManagedProcess(
         "celery-worker",
-        [
-            celery,
-            "-A",
-            "console",
-            "worker",
-            "--pool",
-            "threads",
-            "--concurrency",
-            "32",
-            "-Q",
-            f"{settings.CELERY_TASK_DEFAULT_QUEUE},{settings.CELERY_CONTROL_QUEUE}",
-            "-B",
-            "--schedule",
-            os.path.join(TMP, "beat-schedule"),
-            "--without-heartbeat",
-            "--without-mingle",
-            "--without-gossip",
-            "-l",
-            "INFO",
-        ],
+        _worker_argv("32", "-B", "--schedule", os.path.join(TMP, "beat-schedule")),
     )
     worker.start()
     yield worker
@@ -422,29 +425,7 @@ def worker_dying_at(celery_worker_process, monkeypatch, point: str):
 def second_worker():
     """Another worker process on the same queues, started by the test, without the reconcile
     timer (one beat per console): it runs tasks and follows instances, never reconcile."""
-    celery = str(Path(sys.executable).with_name("celery"))
-    process = ManagedProcess(
-        "celery-worker-2",
-        [
-            celery,
-            "-A",
-            "console",
-            "worker",
-            "-n",
-            "second@%h",
-            "--pool",
-            "threads",
-            "--concurrency",
-            "8",
-            "-Q",
-            f"{settings.CELERY_TASK_DEFAULT_QUEUE},{settings.CELERY_CONTROL_QUEUE}",
-            "--without-heartbeat",
-            "--without-mingle",
-            "--without-gossip",
-            "-l",
-            "INFO",
-        ],
-    )
+    process = ManagedProcess("celery-worker-2", _worker_argv("8", "-n", "second@%h"))
     yield process
     process.stop()
 
