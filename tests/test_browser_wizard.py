@@ -438,6 +438,30 @@ def test_a_press_on_next_lands_though_leaving_a_field_redraws_the_table_above_it
     expect(section.locator("#whatif tr[data-class='transient']")).to_contain_text("1 of 2 restarts")
 
 
+def test_a_change_right_after_the_table_was_drawn_is_not_lost(demo, new_page):  # noqa: F811
+    """The table swaps itself whole (outerHTML) and listens to the form's changes. htmx set up the
+    new table's listener only once the swap settled (20 ms later, more on a busy machine): a change
+    in between reached the old table, which was gone, and was dropped. The table then stayed drawn
+    for the previous settings (a full run met it: Max restarts 40, the table still for 3). Here the
+    change comes in the first task after the swap, inside that window."""
+    page, section, table = the_high_availability_step_with_fault_tolerance(new_page)
+    page.evaluate(
+        """() => document.body.addEventListener("htmx:afterSwap", (event) => {
+            if (event.detail.elt.id !== "whatif" || window.changedAfterSwap) return;
+            window.changedAfterSwap = true;
+            setTimeout(() => {
+                const field = document.querySelector("section.step:not([hidden]) input[name$='max_restarts']");
+                field.value = "40";
+                field.dispatchEvent(new Event("change", {bubbles: true}));
+            }, 0);
+        })"""
+    )
+    section.get_by_label("Max restarts").fill("7")
+    section.get_by_label("Max restarts").blur()  # the table for 7, then at once the change to 40
+    expect(table.locator("tr[data-class='transient']")).to_contain_text("1 of 40 restarts")
+    assert page.evaluate("window.changedAfterSwap") is True
+
+
 def test_a_table_answer_held_during_a_press_elsewhere_is_drawn_when_it_ends(demo, new_page):  # noqa: F811
     """A press that is not on a button (text being selected) holds the table's answer only
     until it ends; the table drawn then still follows the switches."""
