@@ -421,6 +421,23 @@ def worker_dying_at(celery_worker_process, monkeypatch, point: str):
         celery_worker_process.ensure_running()
 
 
+@contextmanager
+def worker_pausing_at(celery_worker_process, monkeypatch, point: str, seconds: float):
+    """The worker restarted to sleep `seconds` at `point` (jobs/runtime/faults.py pause_point)
+    for the block; afterwards it is restarted without the pause."""
+    celery_worker_process.stop()
+    monkeypatch.setenv("CONSOLE_PAUSE_AT", point)
+    monkeypatch.setenv("CONSOLE_PAUSE_S", str(seconds))
+    celery_worker_process.start()
+    monkeypatch.delenv("CONSOLE_PAUSE_AT")
+    monkeypatch.delenv("CONSOLE_PAUSE_S")
+    try:
+        yield
+    finally:
+        celery_worker_process.stop()
+        celery_worker_process.start()
+
+
 @pytest.fixture
 def second_worker():
     """Another worker process on the same queues, started by the test, without the reconcile

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from jobs.models import DockerHost, EventKind, Flavor, Phase, TaskRun, TrainingJob
 from jobs.runtime import stop
-from tests.conftest import submit_job, wait_for
+from tests.conftest import submit_job, wait_for, worker_pausing_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,6 +48,36 @@ def test_transient_failure_restarts_the_process_in_the_same_container(demo, work
 
     assert [line.text for line in read_lines(second)][-1] == "recovered in attempt 2"
     assert not any("recovered" in line.text for line in read_lines(first))
+
+
+def test_a_decision_slower_than_a_heartbeat_leaves_the_run_to_its_one_follower(demo, worker, monkeypatch):
+    """The follower decides a process exit in its own thread (and starts the restart there). When
+    that took longer than FOLLOWER_STALE_AFTER_S (the failure's log read through the terminal on a
+    busy machine, a slow database), its heartbeat went stale: reconcile's drain took the ended run
+    as one whose follower died and followed the container on into that run's log, the restart's
+    lines too, for the container's whole life. Here reading the failure's evidence is made slow in
+    the real worker (a pause point), for the follower's decision and reconcile's alike."""
+    from django.conf import settings
+
+    from jobs.runtime.logs import read_lines
+
+    command = (
+        'if [ "$MA_ATTEMPT" = 1 ]; then echo "NCCL watchdog: collective operation timeout"; exit 1; fi; '
+        'for i in 1 2 3; do echo "attempt $MA_ATTEMPT line $i"; sleep 1; done'
+    )
+    pause_s = 3 * settings.FOLLOWER_STALE_AFTER_S  # reconcile's drain looks several times meanwhile
+    with worker_pausing_at(worker, monkeypatch, "reading-failure-evidence", pause_s):
+        job = make_job(demo, fault_tolerance=True, max_restarts=3, command=command)
+        wait_for(lambda: ended(job), timeout=60 + pause_s, message="the job to end")
+    assert job.phase == Phase.COMPLETED, job.phase_reason
+    first, second = [a.task_runs.get() for a in job.attempts.order_by("number")]
+    assert second.attempt.level == "process" and second.container_id == first.container_id
+    first_lines = [line.text for line in read_lines(first)]
+    assert "NCCL watchdog: collective operation timeout" in first_lines
+    assert first_lines[-1].startswith("[console] process exited with code 1"), first_lines
+    assert not any("attempt 2" in text for text in first_lines), first_lines
+    second_lines = [line.text for line in read_lines(second)]
+    assert [t for t in second_lines if t.startswith("attempt 2")] == [f"attempt 2 line {i}" for i in (1, 2, 3)]
 
 
 def test_unconditional_restart_stops_after_three_in_a_row_leaving_seven(demo, worker):

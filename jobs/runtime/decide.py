@@ -132,6 +132,7 @@ class _FailureEvidence:
 
     @classmethod
     def of(cls, run: TaskRun) -> _FailureEvidence:
+        faults.pause_point("reading-failure-evidence")  # a test's slow read (a few MB, a busy machine)
         return cls(_facts(run), work_lost(run))
 
 

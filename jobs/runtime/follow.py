@@ -45,7 +45,8 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
 
     def on_tick(current: TaskRun, got_lines: bool) -> None:
         if watch.tick(None, got_lines):
-            hang_suspected(current.id, container, watch.metrics())
+            with follower.beating():  # its stacks taken, its hang restart decided and started
+                hang_suspected(current.id, container, watch.metrics())
         dbpool.release_connection_if_pooled()
 
     try:
@@ -66,7 +67,8 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
                 if not drained:  # an ended container's state is final: read once
                     engine.refresh(container)
             except ProcessExited as exit_:
-                successor = process_exited(task_run, exit_.code, exit_.oom_killed)
+                with follower.beating():  # the decision and the restart's start are made here
+                    successor = process_exited(task_run, exit_.code, exit_.oom_killed)
                 if successor is not None:
                     handed_over = follower.handover(successor.id)
                     if handed_over is None:

@@ -20,10 +20,13 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
@@ -218,6 +221,36 @@ class Follower:
         TaskRun.objects.filter(id=self.task_run_id, follower_token=self.token).update(
             follower_token=None, follower_heartbeat=None
         )
+
+    @contextmanager
+    def beating(self) -> Iterator[None]:
+        """Keep this follower's heartbeat fresh while its thread does something else than reading:
+        a decision made here (the failure's log read, the restart started). Its heartbeat stale,
+        reconcile's drain took the ended run as one whose follower died and followed the
+        container on into that run's log, the next run's lines too."""
+        done = threading.Event()
+        task_run_id, token = self.task_run_id, self.token
+
+        def beat() -> None:
+            try:
+                while not done.wait(HEARTBEAT_EVERY_S):
+                    try:
+                        TaskRun.objects.filter(id=task_run_id, follower_token=token).update(
+                            follower_heartbeat=timezone.now()
+                        )
+                    except Exception as exc:  # a missed beat costs at worst that drain; the next may do
+                        log.warning("keeping the heartbeat of task run %s failed: %s", task_run_id, exc)
+                        connection.close()  # a broken connection is not taken again
+            finally:
+                connection.close()  # this thread's own connection: back to the pool, or closed
+
+        thread = threading.Thread(target=beat, name=f"beat-{task_run_id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
     def close_stream(self) -> None:
         if self._stream is not None:
