@@ -80,6 +80,7 @@ def test_a_busy_job_is_charted_from_the_engines_numbers(demo, docker_client):
     # "most of a core", nor a fixed share: on this 2-CPU machine in a full run (four test sessions,
     # their workers and containers) one got 386 millicores, another 186. The engine's average since
     # the container started says what this one got; its busiest point is at least half of that.
+    assert now.cpu_ns is not None, "the engine gave no CPU time for a running container"
     started = docker_time(container.attrs["State"]["StartedAt"]).timestamp()
     engine_milli = now.cpu_ns / 1e6 / (now_at - started)
     assert engine_milli >= 50, f"the machine gave the busy loop {engine_milli:.0f} millicores"

@@ -33,13 +33,14 @@ from django.utils import timezone
 from console import realtime
 from jobs.models import TaskRun
 
-from . import engine
+from . import dbpool, engine
 from .acks import acknowledge
 from .logrecords import NEWLINE_SIGN, LogLine, encode_record, iter_records, read_tail
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY_S = 2.0
+BEAT_AT_MOST_STALE = 6  # Follower.beating: at most six times the staleness
 MAX_BATCH_LINES = 2000
 PUSH_MAX_LINES = 500
 PUSH_MAX_BYTES = 1024 * 1024
@@ -231,13 +232,18 @@ class Follower:
         done = threading.Event()
         task_run_id, token = self.task_run_id, self.token
 
+        # Not for ever: a thread stuck in there (an engine that never answers a call without a
+        # timeout) would hold the run for good; past this, a drain or a pool may take it, as before.
+        beat_until = time.monotonic() + BEAT_AT_MOST_STALE * settings.FOLLOWER_STALE_AFTER_S
+
         def beat() -> None:
             try:
-                while not done.wait(HEARTBEAT_EVERY_S):
+                while not done.wait(HEARTBEAT_EVERY_S) and time.monotonic() < beat_until:
                     try:
                         TaskRun.objects.filter(id=task_run_id, follower_token=token).update(
                             follower_heartbeat=timezone.now()
                         )
+                        dbpool.release_connection_if_pooled()  # not held between beats
                     except Exception as exc:  # a missed beat costs at worst that drain; the next may do
                         log.warning("keeping the heartbeat of task run %s failed: %s", task_run_id, exc)
                         connection.close()  # a broken connection is not taken again

@@ -1,3 +1,9 @@
+// New content listens at once: htmx sets up the listeners of what it swapped in when the swap
+// settles, 20 ms later by default, and an event in between (a change of the form the what-if
+// table listens to) was dropped (docs/decisions.md, "A swapped element listens at once").
+// Nothing here animates a settle.
+if (window.htmx) htmx.config.defaultSettleDelay = 0;
+
 // While a pointer is pressed, nothing the server sends moves the page under it. A click is
 // the press and the release on one element: an answer drawn in between that moves the element
 // away, or replaces it (a socket's fragment redrawn, even unchanged), sends the click to the
@@ -235,7 +241,7 @@ document.addEventListener("htmx:afterSwap", function (event) {
     detail.shouldSwap = false;
     const content = detail.serverResponse;
     pressGuard.hold(target, function () {
-      if (target.isConnected) htmx.swap(target, content, { swapStyle: "outerHTML", swapDelay: 0, settleDelay: 20 });
+      if (target.isConnected) htmx.swap(target, content, { swapStyle: "outerHTML", swapDelay: 0, settleDelay: 0 });
     });
   });
   // A field's box shows it has messages (its input's red border) as they come and go.
