@@ -10,12 +10,13 @@ lines written around a kill, which no fixed expectation could predict."""
 from __future__ import annotations
 
 import threading
+import time
 
 import docker
 import pytest
 
 from jobs.models import Attempt, Phase, TaskRun, TrainingJob
-from jobs.runtime import docker_hosts, schedule, stop
+from jobs.runtime import schedule, stop
 from jobs.runtime.logs import read_lines, split_frame
 from tests.conftest import describe, submit_job, wait_for, worker_dying_at
 
@@ -147,42 +148,28 @@ def test_a_killed_instance_restarts_both_containers_and_loses_no_line(demo, work
 
 def test_unconditional_restart_of_a_user_error_recreates_both_containers(demo, worker, docker_client):
     # user_error with U: the policy restarts at container level (faulttolerance.policy.level_for).
-    # The engine's events, read as they come (its replay of past events keeps only the last few
-    # hundred, fewer than four test sessions make meanwhile).
-    events = docker_client.events(decode=True, filters={"type": "container", "event": ["start", "die"]})
-    seen: list[tuple[int, str, str]] = []
-
-    def read_events() -> None:
-        try:
-            for e in events:
-                seen.append((e["timeNano"], e["Action"], e["Actor"]["Attributes"].get("name", "")))
-        except Exception:  # closed below
-            pass
-
-    reader = threading.Thread(target=read_events, daemon=True)
-    reader.start()
-    try:
-        job = make_job(demo, numbered("exit 1"), max_restarts=3, unconditional_restart=True)
-        logs = {(1, i): log for i, log in follow_containers(job, 1).items()}
-        logs.update({(2, i): log for i, log in follow_containers(job, 2).items()})
-        wait_until_ended_without_followers(job)
-    finally:
-        events.close()
-        reader.join(10)
+    since = int(time.time()) - 1
+    job = make_job(demo, numbered("exit 1"), max_restarts=3, unconditional_restart=True)
+    logs = {(1, i): log for i, log in follow_containers(job, 1).items()}
+    logs.update({(2, i): log for i, log in follow_containers(job, 2).items()})
+    wait_until_ended_without_followers(job)
     assert job.phase == Phase.COMPLETED, job.phase_reason
     record = job.recoveries.get()
     assert (record.failure_class, record.level, record.restart) == ("user_error", "container", True)
     assert job.restarts_used == 1 and job.attempts.count() == 2
     assert_container_level_logs(job, logs)
-    # The new instances start only once the old ones ended: they take the same host names on the
-    # job's network. Started first, a full run's new rank 1 never resolved the new rank 0, and the
-    # host was isolated for a failed environment check.
-    prefix = docker_hosts.container_name(job, 1, 0).rsplit("-a1-", 1)[0]
-    mine = [(t, action, name) for t, action, name in seen if name.startswith(prefix)]
-    old_ended = [t for t, action, name in mine if action == "die" and "-a1-" in name]
-    new_started = [t for t, action, name in mine if action == "start" and "-a2-" in name]
-    assert len(old_ended) == 2 and len(new_started) == 2, mine
-    assert max(old_ended) < min(new_started), sorted(mine)
+    # The new instances start only once the old ones ended (the engine's events): they take the
+    # same host names on the job's network. Started first, a full run's new rank 1 never resolved
+    # the new rank 0, and the host was isolated for a failed environment check.
+    events = docker_client.events(
+        since=since, until=int(time.time()) + 1, decode=True,
+        filters={"type": "container", "label": f"console.job={job.id}", "event": ["start", "die"]},
+    )  # fmt: skip
+    seen = [(e["timeNano"], e["Action"], e["Actor"]["Attributes"]["name"]) for e in events]
+    old_ended = [t for t, action, name in seen if action == "die" and "-a1-" in name]
+    new_started = [t for t, action, name in seen if action == "start" and "-a2-" in name]
+    assert len(old_ended) == 2 and len(new_started) == 2, seen
+    assert max(old_ended) < min(new_started), sorted(seen)
 
 
 NCCL_FAILURE = 'echo "NCCL watchdog: collective operation timeout"; exit 1'
