@@ -10,7 +10,6 @@ lines written around a kill, which no fixed expectation could predict."""
 from __future__ import annotations
 
 import threading
-import time
 
 import docker
 import pytest
@@ -146,9 +145,8 @@ def test_a_killed_instance_restarts_both_containers_and_loses_no_line(demo, work
         assert lines and lines == [f"r{index} line {i}" for i in range(1, len(lines) + 1)]
 
 
-def test_unconditional_restart_of_a_user_error_recreates_both_containers(demo, worker, docker_client):
+def test_unconditional_restart_of_a_user_error_recreates_both_containers(demo, worker):
     # user_error with U: the policy restarts at container level (faulttolerance.policy.level_for).
-    since = int(time.time()) - 1
     job = make_job(demo, numbered("exit 1"), max_restarts=3, unconditional_restart=True)
     logs = {(1, i): log for i, log in follow_containers(job, 1).items()}
     logs.update({(2, i): log for i, log in follow_containers(job, 2).items()})
@@ -158,18 +156,6 @@ def test_unconditional_restart_of_a_user_error_recreates_both_containers(demo, w
     assert (record.failure_class, record.level, record.restart) == ("user_error", "container", True)
     assert job.restarts_used == 1 and job.attempts.count() == 2
     assert_container_level_logs(job, logs)
-    # The new instances start only once the old ones ended (the engine's events): they take the
-    # same host names on the job's network. Started first, a full run's new rank 1 never resolved
-    # the new rank 0, and the host was isolated for a failed environment check.
-    events = docker_client.events(
-        since=since, until=int(time.time()) + 1, decode=True,
-        filters={"type": "container", "label": f"console.job={job.id}", "event": ["start", "die"]},
-    )  # fmt: skip
-    seen = [(e["timeNano"], e["Action"], e["Actor"]["Attributes"]["name"]) for e in events]
-    old_ended = [t for t, action, name in seen if action == "die" and "-a1-" in name]
-    new_started = [t for t, action, name in seen if action == "start" and "-a2-" in name]
-    assert len(old_ended) == 2 and len(new_started) == 2, seen
-    assert max(old_ended) < min(new_started), sorted(seen)
 
 
 NCCL_FAILURE = 'echo "NCCL watchdog: collective operation timeout"; exit 1'

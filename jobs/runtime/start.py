@@ -7,7 +7,7 @@ import logging
 import time
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -99,8 +99,6 @@ def start_attempt(attempt_id: int) -> bool:
     job = attempt.job
     runs = list(attempt.task_runs.select_related("host").order_by("index"))
     hosts = [r.host for r in runs]
-    if job.node_count > 1 and attempt.number > 1:
-        _stop_the_instances_before(attempt, runs)
     failed = False
     made = []  # the containers this call created or took: removed here if the job is gone
     marked = []  # the runs this call marked running
@@ -222,25 +220,6 @@ def start_attempt(attempt_id: int) -> bool:
     elif standby.wanted(job):
         later.prepare_standby(attempt.id)
     return True
-
-
-def _stop_the_instances_before(attempt: Attempt, runs: list[TaskRun]) -> None:
-    """A restart of a multi-instance job in new containers: the instances of the attempt before
-    that still live (a rank that had not failed, a launcher waiting for the decision, a hung
-    command) are stopped before the new ones start, not after (the decision stopped them once this
-    start had returned). The new instances take the same host names on the job's network: while
-    both lived, a new rank could reach an old one by its name, and the old ones' endpoints were
-    torn down while the new ones joined (a full run: the new rank 1's dns check never resolved
-    the new rank 0, and the host was isolated). Containers this attempt restarts in are kept."""
-    kept = {run.container_id for run in runs if run.reuses_container}
-    before = (
-        TaskRun.objects.filter(attempt__job_id=attempt.job_id, attempt__number=attempt.number - 1)
-        .filter(Q(state=TaskRun.State.RUNNING) | Q(ended_in_place=True))
-        .select_related("host")
-    )
-    for run in before:
-        if run.container_id not in kept:
-            stop.stop_run_container(run)
 
 
 def _stop_what_this_start_marked(attempt: Attempt, marked: list[int], *, ended: bool) -> None:
