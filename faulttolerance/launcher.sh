@@ -73,8 +73,23 @@ disk_kb() { df -Pk "$2" 2>/dev/null | awk -v col="$1" 'NR==2 { print $col }'; }
 
 resolves() {
   grep -qE "(^|[[:space:]])$1([[:space:]]|\$)" /etc/hosts 2>/dev/null && return 0
-  nslookup "$1" >/dev/null 2>&1 && return 0
-  return 1
+  looks_up "$1"
+}
+
+# looks_up NAME: one question to the engine's resolver, given up after half a second. On the
+# job's internal network the engine forwards a name it does not know (a peer not started yet)
+# to servers that never answer, and busybox's nslookup waits 5 s for them: a peer that started
+# and ended meanwhile (an attempt of two seconds) was never seen, and this host was isolated
+# for it. A name the engine knows is answered at once.
+looks_up() {
+  nslookup "$1" >/dev/null 2>&1 &
+  lookup=$!
+  (sleep 0.5; kill "$lookup" 2>/dev/null) &
+  guard=$!
+  wait "$lookup" 2>/dev/null
+  found=$?
+  kill "$guard" 2>/dev/null
+  return $found
 }
 
 check_dns() {

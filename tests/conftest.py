@@ -218,7 +218,7 @@ def _remove_test_containers(client) -> None:
             volume.remove(force=True)
         except docker.errors.APIError:
             pass
-    # And the multi-instance jobs' own networks (docker_hosts.ensure_job_network).
+    # And the multi-instance jobs' own networks (docker_hosts.job_network, one per attempt).
     for network in client.networks.list(filters={"label": "=".join(TEST_LABEL)}):
         try:
             network.remove()

@@ -15,7 +15,7 @@ import docker
 import pytest
 
 from jobs.models import Attempt, Phase, TaskRun, TrainingJob
-from jobs.runtime import schedule, stop
+from jobs.runtime import docker_hosts, schedule, stop
 from jobs.runtime.logs import read_lines, split_frame
 from tests.conftest import describe, submit_job, wait_for, worker_dying_at
 
@@ -147,7 +147,10 @@ def test_a_killed_instance_restarts_both_containers_and_loses_no_line(demo, work
 
 def test_unconditional_restart_of_a_user_error_recreates_both_containers(demo, worker):
     # user_error with U: the policy restarts at container level (faulttolerance.policy.level_for).
-    job = make_job(demo, numbered("exit 1"), max_restarts=3, unconditional_restart=True)
+    # Attempt 1 ends 3 s in: the new ranks join while the old ones' endpoints are torn down, which
+    # on one shared network took a new rank's name with them (the dns check failed, the host was
+    # isolated; docs/decisions.md "A network per attempt").
+    job = make_job(demo, numbered("sleep 3; exit 1"), max_restarts=3, unconditional_restart=True)
     logs = {(1, i): log for i, log in follow_containers(job, 1).items()}
     logs.update({(2, i): log for i, log in follow_containers(job, 2).items()})
     wait_until_ended_without_followers(job)
@@ -156,6 +159,29 @@ def test_unconditional_restart_of_a_user_error_recreates_both_containers(demo, w
     assert (record.failure_class, record.level, record.restart) == ("user_error", "container", True)
     assert job.restarts_used == 1 and job.attempts.count() == 2
     assert_container_level_logs(job, logs)
+    for (attempt, index), docker_log in logs.items():
+        networks = set(docker_log.container.attrs["NetworkSettings"]["Networks"])
+        assert networks == {docker_hosts.job_network(job, attempt)}, (attempt, index, networks)
+
+
+def test_a_past_attempts_network_goes_once_its_containers_have(demo, worker, docker_client):
+    """Docker's address pools hold about thirty networks: a restarted job's old network is removed
+    while the job runs on, not at its end, and the new attempt's stays."""
+    command = '[ "$MA_ATTEMPT" = 1 ] && [ "$RANK" = 1 ] && exit 1; sleep 300'
+    job = make_job(demo, command, max_restarts=3, unconditional_restart=True)
+    follow_containers(job, 2)
+
+    def network_names() -> set[str]:
+        return {n.name for n in docker_client.networks.list(filters={"label": f"console.job={job.id}"})}
+
+    first, second = docker_hosts.job_network(job, 1), docker_hosts.job_network(job, 2)
+    wait_for(lambda: first not in network_names(), timeout=30, message=f"{first} removed")
+    assert second in network_names()
+    job.refresh_from_db()
+    assert job.phase == Phase.RUNNING, job.phase_reason
+    assert TaskRun.objects.filter(attempt__job=job, state=TaskRun.State.RUNNING).count() == 2
+    stop.request_terminate(job.id)
+    wait_until_ended_without_followers(job)
 
 
 NCCL_FAILURE = 'echo "NCCL watchdog: collective operation timeout"; exit 1'

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from jobs.models import RETAINED_PHASES, Attempt, DockerHost, TaskRun, TrainingJob
 
-from . import engine, ssh, standby
+from . import engine, engine_networks, ssh, standby
 from .layout import LOCAL_CODE_STAGING
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def _release_on_host(job: TrainingJob, host: DockerHost) -> bool:
             standby.remove_quietly(container, "its job ended (resources released)")
         if engine.containers_labelled(host, label):
             return False  # still being drained or removed; volumes in use cannot go
-        engine.remove_labelled_volumes_and_networks(host, label)  # and the job's own network
+        engine_networks.remove_labelled_volumes_and_networks(host, label)  # and the job's own network
     except engine.EngineError as exc:
         log.info("resources of %s on %s stay for now: %s", job.id, host.name, exc)
         return False

@@ -10,7 +10,7 @@ from django.conf import settings
 from faulttolerance.launcher import BIND_TARGETS, GO, LAUNCHER, STANDBY_FILES, STANDBY_MARK, check_environment
 from jobs.models import Attempt, DockerHost, ResourcePool, TaskRun, TrainingJob
 
-from . import engine, layout, ssh, staging
+from . import engine, engine_networks, layout, ssh, staging
 from .layout import (  # noqa: F401 - part of this API
     CACHE_MOUNT,
     JOB_DATA_MOUNT,
@@ -61,9 +61,60 @@ def pool_of(host: DockerHost) -> ResourcePool:
 DEFAULT_ENVIRONMENT = {"PYTHONUNBUFFERED": "1", "HOME": "/home/ma-user"}
 
 
-def job_network(job: TrainingJob) -> str:
-    """The job's own Docker network (multi-instance jobs), on each host it runs on."""
-    return f"console-job-{job.id.hex}"
+def job_network(job: TrainingJob, attempt_number: int) -> str:
+    """A multi-instance job's own Docker network for the containers made for one attempt, on
+    each host it runs on. One per attempt, not per job: a restart's new containers take the
+    names and, as often as not, the addresses of the old ones, and on one network the engine's
+    name table holds (name, address) pairs without a count, torn down asynchronously, so the
+    old container's late removal took the new one's entry with it and the new rank's peer
+    never resolved (docs/decisions.md "A network per attempt")."""
+    return f"console-job-{job.id.hex}-a{attempt_number}"
+
+
+def network_attempt(name: str) -> int:
+    """The attempt a network of job_network's was made for."""
+    return int(name.rpartition("-a")[2])
+
+
+def network_for(job: TrainingJob, attempt: Attempt, task_run: TaskRun) -> str:
+    """The network a new container of this attempt joins on its host: the one of the containers
+    this attempt restarts in on that host (a rescheduled instance beside instances that stay
+    where they are), else the attempt's own."""
+    made_in = (
+        TaskRun.objects.filter(
+            attempt__job_id=job.id,
+            reuses_container=False,
+            container_id__in=attempt.task_runs.filter(reuses_container=True, host_id=task_run.host_id)
+            .exclude(container_id="")
+            .values("container_id"),
+        )
+        .order_by("attempt__number")
+        .values_list("attempt__number", flat=True)
+        .first()
+    )
+    return job_network(job, made_in or attempt.number)
+
+
+def network_labels(job: TrainingJob, attempt_number: int) -> dict[str, str]:
+    """The job's labels (the job's end removes its networks by them: cleanup.py) and the attempt
+    the network was made for (a past attempt's goes once its last container has: follow.py)."""
+    return staging.volume_labels(job, "network") | {"console.attempt": str(attempt_number)}
+
+
+def remove_past_networks(job: TrainingJob, host: DockerHost) -> None:
+    """Remove this job's networks on this host that no container uses any more and that no start
+    may still join: those made for an attempt before the latest one, other than the ones the
+    latest attempt's containers use. The engine refuses one a running container is on (kept).
+    Docker's address pools hold about thirty networks: a past attempt's must not wait for the
+    job's end. A later attempt made meanwhile is newer than the latest seen here: left alone."""
+    latest = job.attempts.order_by("-number").first()
+    if latest is None:
+        return
+    in_use = {network_for(job, latest, run) for run in latest.task_runs.filter(host_id=host.id)}
+    for name, labels in engine_networks.networks_labelled(host, f"console.job={job.id}"):
+        made_for = int(labels.get("console.attempt") or 0)
+        if made_for < latest.number and name not in in_use:
+            engine_networks.remove_network_unless_used(host, name)
 
 
 def peer_hostnames(job: TrainingJob, task_run: TaskRun, hosts: list[DockerHost] | None) -> list[str]:
@@ -268,7 +319,7 @@ def _spec(
         # No route anywhere: one instance has no network; the instances of a multi-instance job
         # share an internal network of their own on each host (no address of the host on it,
         # so nothing of the host answers), never the host's network (SPEC §8).
-        "network": job_network(job) if multi else "none",
+        "network": network_for(job, attempt, task_run) if multi else "none",
         # One instance: networking disabled, not Docker's "none" network. The kernel gives it the
         # same empty network namespace (its loopback only), but the engine makes no sandbox for
         # it, so none is torn down at its exit: Debian's Docker 20.10 deadlocks in that tear-down
@@ -305,10 +356,12 @@ def create_container(
     job: TrainingJob, attempt: Attempt, task_run: TaskRun, hosts: list[DockerHost], *, standby: bool = False
 ):
     """Create (not start) this instance's container on its host; on the job's network (made
-    first, engine.ensure_internal_network), the other instances know it by its host name."""
+    first, engine_networks.ensure_internal_network), the other instances know it by its host name."""
     spec = container_create_kwargs(job, attempt, task_run, hosts, standby=standby)
     if spec["network"] != "none":
-        engine.ensure_internal_network(task_run.host, spec["network"], staging.volume_labels(job, "network"))
+        made_for = network_attempt(spec["network"])
+        labels = network_labels(job, made_for)
+        spec = spec | {"network": engine_networks.ensure_internal_network(task_run.host, spec["network"], labels)}
     container = engine.create_container(task_run.host, spec, network_alias=instance_hostname(job, task_run.index))
     if standby:
         _mark_standby(job, task_run, spec, container.id)

@@ -418,47 +418,6 @@ def log_stream(container, *, since: float = 0) -> LogStream:
     return LogStream(response, frames_in_blocks(response))
 
 
-# -- networks and volumes ------------------------------------------------------------------------------
-INHIBIT_IPV4 = "com.docker.network.bridge.inhibit_ipv4"
-
-
-@_at_edge
-def ensure_internal_network(host, name: str, labels: dict[str, str]) -> None:
-    """Create the network unless it is there: internal (no route out) and without an address of
-    the host on its bridge (inhibit_ipv4), so that neither the host's loopback nor any of its
-    addresses is reachable. A network of that name that is not so is refused (EngineError)."""
-    client = client_for(host)
-    try:
-        existing = client.networks.get(name)
-    except docker.errors.NotFound:
-        try:
-            client.networks.create(
-                name,
-                driver="bridge",
-                internal=True,
-                options={INHIBIT_IPV4: "true"},
-                labels=labels,
-                check_duplicate=True,
-            )
-        except docker.errors.APIError as exc:
-            if exc.status_code != 409:  # another start created it meanwhile
-                raise
-        return
-    options = existing.attrs.get("Options") or {}
-    if not existing.attrs.get("Internal") or options.get(INHIBIT_IPV4) != "true":
-        raise EngineError(f"network {name} exists on this host but is not an internal network without a host address")
-
-
-@_at_edge
-def remove_labelled_volumes_and_networks(host, label: str) -> None:
-    """Remove the volumes and networks with this label (`key=value`)."""
-    client = client_for(host)
-    for volume in client.volumes.list(filters={"label": label}):
-        volume.remove(force=True)
-    for network in client.networks.list(filters={"label": label}):
-        network.remove()
-
-
 # -- container spec parts ------------------------------------------------------------------------------
 Mount = docker.types.Mount  # what a mount of a container spec is (a dict the SDK sends as is)
 

@@ -18,7 +18,7 @@ from django.utils import timezone
 from jobs import events
 from jobs.models import Attempt, EventKind, TaskRun
 
-from . import dbpool, engine, liveness, reports, resources
+from . import dbpool, docker_hosts, engine, liveness, reports, resources
 from .decide import attempt_may_have_ended
 from .engine import HOST_ERRORS
 from .hang import HangWatch, Sampler, capture_stacks, no_gpu, nvidia_smi_gpu
@@ -113,8 +113,10 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
     if container is not None and not containers_kept(task_run.attempt.job_id):  # retention keeps it
         try:
             engine.clear_away(container)
+            if task_run.attempt.job.node_count > 1:
+                docker_hosts.remove_past_networks(task_run.attempt.job, task_run.host)
         except HOST_ERRORS:
-            log.warning("could not remove %s", task_run.container_name)
+            log.warning("could not remove %s or its attempt's network", task_run.container_name)
     return True
 
 
