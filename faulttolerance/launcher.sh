@@ -97,7 +97,7 @@ check_dns() {
   for f in /etc/volcano/*.host; do
     [ -f "$f" ] && names="$names $(cat "$f")"
   done
-  # The other instances join the job's network as they start: a name gets a while to resolve.
+  # The other instances join the attempt's network as they start: a name gets a while to resolve.
   deadline=$(($(date +%s) + ${MA_CHECK_DNS_WAIT_S:-30}))
   for n in $names; do
     until resolves "$n"; do

@@ -275,7 +275,8 @@ def test_a_start_run_twice_at_once_makes_one_container_per_instance(demo, worker
     for run in runs:
         found = docker_client.containers.list(all=True, sparse=True, filters={"name": f"^/{run.container_name}$"})
         assert len(found) == 1 and found[0].id == run.container_id
-    # Both starts made the attempt's network (the engine's check of a name is not atomic): one is left.
+    # Both starts looked for the attempt's network at once (the engine's check of a name is not
+    # atomic: each made one, and a container's create refused the ambiguous name): one was made.
     network = docker_hosts.job_network(job, 2)
     assert [n.name for n in docker_client.networks.list(names=[network])] == [network]
     stop(job)

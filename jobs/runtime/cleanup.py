@@ -1,5 +1,5 @@
 """What an ended job leaves on its hosts, removed once nothing of it runs any more:
-the job's network, the per-instance /cache volumes, the NFS mount volumes (all found by their labels,
+the job's networks, the per-instance /cache volumes, the NFS mount volumes (all found by their labels,
 jobs/runtime/layout.py::volume_labels), the code copies bound at MA_JOB_DIR and the
 SSH dir (jobs/runtime/ssh.py: the job's private key must not outlive it).
 
@@ -59,7 +59,7 @@ def _release_on_host(job: TrainingJob, host: DockerHost) -> bool:
             standby.remove_quietly(container, "its job ended (resources released)")
         if engine.containers_labelled(host, label):
             return False  # still being drained or removed; volumes in use cannot go
-        engine_networks.remove_labelled_volumes_and_networks(host, label)  # and the job's own network
+        engine_networks.remove_labelled_volumes_and_networks(host, label)  # and the job's own networks
     except engine.EngineError as exc:
         log.info("resources of %s on %s stay for now: %s", job.id, host.name, exc)
         return False

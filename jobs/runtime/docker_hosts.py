@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.conf import settings
+from django.db import connection, transaction
 
 from faulttolerance.launcher import BIND_TARGETS, GO, LAUNCHER, STANDBY_FILES, STANDBY_MARK, check_environment
 from jobs.models import Attempt, DockerHost, ResourcePool, TaskRun, TrainingJob
@@ -61,6 +65,12 @@ def pool_of(host: DockerHost) -> ResourcePool:
 DEFAULT_ENVIRONMENT = {"PYTHONUNBUFFERED": "1", "HOME": "/home/ma-user"}
 
 
+# pg_advisory_xact_lock's first key for "making a job's networks" (the second is the job's);
+# any constant unique to this purpose (placement.PLACEMENT_LOCK is another).
+NETWORKS_LOCK = 7210
+_networks_made_here = threading.Lock()
+
+
 def job_network(job: TrainingJob, attempt_number: int) -> str:
     """A multi-instance job's own Docker network for the containers made for one attempt, on
     each host it runs on. One per attempt, not per job: a restart's new containers take the
@@ -71,28 +81,42 @@ def job_network(job: TrainingJob, attempt_number: int) -> str:
     return f"console-job-{job.id.hex}-a{attempt_number}"
 
 
-def network_attempt(name: str) -> int:
-    """The attempt a network of job_network's was made for."""
-    return int(name.rpartition("-a")[2])
-
-
 def network_for(job: TrainingJob, attempt: Attempt, task_run: TaskRun) -> str:
-    """The network a new container of this attempt joins on its host: the one of the containers
-    this attempt restarts in on that host (a rescheduled instance beside instances that stay
-    where they are), else the attempt's own."""
-    made_in = (
-        TaskRun.objects.filter(
-            attempt__job_id=job.id,
-            reuses_container=False,
-            container_id__in=attempt.task_runs.filter(reuses_container=True, host_id=task_run.host_id)
-            .exclude(container_id="")
-            .values("container_id"),
-        )
-        .order_by("attempt__number")
-        .values_list("attempt__number", flat=True)
+    """The network a new container of this attempt joins on its host: the one the containers this
+    attempt restarts in on that host are on (a rescheduled instance beside instances that stay
+    where they are: as the engine says, whichever attempt made it), else the attempt's own."""
+    staying = (
+        attempt.task_runs.filter(reuses_container=True, host_id=task_run.host_id)
+        .exclude(container_id="")
+        .values_list("container_id", flat=True)
         .first()
     )
-    return job_network(job, made_in or attempt.number)
+    if staying:
+        try:
+            networks = engine.container(task_run.host, staying).attrs["NetworkSettings"]["Networks"] or {}
+        except engine.NotFound:
+            networks = {}
+        for name in networks:
+            if name.startswith(f"console-job-{job.id.hex}"):
+                return name
+    return job_network(job, attempt.number)
+
+
+@contextmanager
+def making_networks(job: TrainingJob) -> Iterator[None]:
+    """One start at a time makes or looks up this job's networks: two starts of one attempt (a
+    retried start, reconcile's restart_stuck_starts) each made one of the same name, and the
+    engine then refused the ambiguous name at a container's create. Every worker: an advisory
+    lock on PostgreSQL (for a transaction that holds nothing else); the embedded console on
+    SQLite is one process."""
+    if connection.vendor != "postgresql":
+        with _networks_made_here:
+            yield
+        return
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [NETWORKS_LOCK, job.id.int & 0x7FFFFFFF])
+        yield
 
 
 def network_labels(job: TrainingJob, attempt_number: int) -> dict[str, str]:
@@ -102,18 +126,17 @@ def network_labels(job: TrainingJob, attempt_number: int) -> dict[str, str]:
 
 
 def remove_past_networks(job: TrainingJob, host: DockerHost) -> None:
-    """Remove this job's networks on this host that no container uses any more and that no start
-    may still join: those made for an attempt before the latest one, other than the ones the
-    latest attempt's containers use. The engine refuses one a running container is on (kept).
-    Docker's address pools hold about thirty networks: a past attempt's must not wait for the
-    job's end. A later attempt made meanwhile is newer than the latest seen here: left alone."""
-    latest = job.attempts.order_by("-number").first()
+    """Remove this job's networks on this host made for an attempt before the latest one, unless
+    a running container is on one (the engine refuses: among them, the network of the containers
+    the latest attempt restarts in, which its new containers on that host join). Docker's address
+    pools hold about thirty networks: a past attempt's must not wait for the job's end. The latest
+    attempt's own network, and any a later attempt made meanwhile, are left alone: a start may be
+    joining them (a container made but not started is not on a network yet)."""
+    latest = job.attempts.order_by("-number").values_list("number", flat=True).first()
     if latest is None:
         return
-    in_use = {network_for(job, latest, run) for run in latest.task_runs.filter(host_id=host.id)}
     for name, labels in engine_networks.networks_labelled(host, f"console.job={job.id}"):
-        made_for = int(labels.get("console.attempt") or 0)
-        if made_for < latest.number and name not in in_use:
+        if int(labels.get("console.attempt") or 0) < latest:
             engine_networks.remove_network_unless_used(host, name)
 
 
@@ -359,9 +382,11 @@ def create_container(
     first, engine_networks.ensure_internal_network), the other instances know it by its host name."""
     spec = container_create_kwargs(job, attempt, task_run, hosts, standby=standby)
     if spec["network"] != "none":
-        made_for = network_attempt(spec["network"])
-        labels = network_labels(job, made_for)
-        spec = spec | {"network": engine_networks.ensure_internal_network(task_run.host, spec["network"], labels)}
+        with making_networks(job):
+            network_id = engine_networks.ensure_internal_network(
+                task_run.host, spec["network"], network_labels(job, attempt.number)
+            )
+        spec = spec | {"network": network_id}
     container = engine.create_container(task_run.host, spec, network_alias=instance_hostname(job, task_run.index))
     if standby:
         _mark_standby(job, task_run, spec, container.id)

@@ -18,9 +18,9 @@ def ensure_internal_network(host, name: str, labels: dict[str, str]) -> str:
     """The id of the network of this name, made unless it is there: internal (no route out) and
     without an address of the host on its bridge (inhibit_ipv4), so that neither the host's
     loopback nor any of its addresses is reachable. A network of that name that is not so is
-    refused (EngineError). A container joins it by this id: two starts of one attempt (a retried
-    start) may each have made one, the engine's check of the name is not atomic, and a name that
-    two networks have is refused at the container's create."""
+    refused (EngineError). The engine's check of a name is not atomic: two calls at once may each
+    make one, and a container's create then refuses the name; callers take a lock
+    (docker_hosts.making_networks)."""
     client = client_for(host)
     if not _named(client, name):
         try:
@@ -34,34 +34,18 @@ def ensure_internal_network(host, name: str, labels: dict[str, str]) -> str:
                     check_duplicate=True,
                 )
         except EngineError as exc:
-            if exc.status_code != 409:  # another start made it meanwhile (and the engine saw it)
+            if exc.status_code != 409:  # made meanwhile (by a console without the lock)
                 raise
-    # The first made is the one: whoever looks after its own create sees it (it was made before),
-    # so every start picks the same. The others are not in use by anyone: removed.
-    first, *others = sorted(_named(client, name), key=_made_at)
-    for other in others:
-        try:
-            with _edge():
-                other.remove()
-        except EngineError:
-            pass  # the job's end removes it (by label)
-    options = first.attrs.get("Options") or {}
-    if not first.attrs.get("Internal") or options.get(INHIBIT_IPV4) != "true":
+    network = _named(client, name)[0]
+    options = network.attrs.get("Options") or {}
+    if not network.attrs.get("Internal") or options.get(INHIBIT_IPV4) != "true":
         raise EngineError(f"network {name} exists on this host but is not an internal network without a host address")
-    return first.id
+    return network.id
 
 
 def _named(client, name: str) -> list:
     """The networks of exactly this name (the engine's name filter matches parts of names)."""
     return [n for n in client.networks.list(names=[name]) if n.name == name]
-
-
-def _made_at(network) -> tuple[str, str, str]:
-    """When the engine made it, comparable: RFC 3339 with the nanoseconds' trailing zeros cut."""
-    created = network.attrs.get("Created") or ""
-    seconds, _, rest = created.partition(".")
-    fraction = rest[: len(rest) - len(rest.lstrip("0123456789"))]  # before the zone
-    return seconds, fraction.ljust(9, "0"), network.id
 
 
 @_at_edge
