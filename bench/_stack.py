@@ -24,6 +24,8 @@ from html import unescape
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from console.worker_argv import worker_argv
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_LABEL = ("console.bench", "1")
 RUN_LABEL = "console.bench.run"  # which benchmark run made it: cleanup removes only its own
@@ -110,26 +112,12 @@ class Stack:
         bindir = Path(sys.executable).parent
         self._spawn(
             "celery-worker",
-            [
-                str(bindir / "celery"),
-                "-A",
-                "console",
-                "worker",
-                "--pool",
-                "threads",
-                "--concurrency",
-                "32",
-                "-Q",
-                f"console-{self.tag},console-{self.tag}.control",
-                "-B",
-                "--schedule",
-                os.path.join(self.tmp, "beat-schedule"),
-                "--without-heartbeat",
-                "--without-mingle",
-                "--without-gossip",
-                "-l",
-                os.environ.get("CONSOLE_LOG_LEVEL", "WARNING"),
-            ],
+            worker_argv(
+                [f"console-{self.tag}", f"console-{self.tag}.control"],
+                concurrency=32,
+                loglevel=os.environ.get("CONSOLE_LOG_LEVEL", "WARNING"),
+                extra=("-B", "--schedule", os.path.join(self.tmp, "beat-schedule")),
+            ),
         )
         daphne = [
             str(bindir / "daphne"),

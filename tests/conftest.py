@@ -21,6 +21,7 @@ import docker
 import pytest
 from django.conf import settings
 
+from console.worker_argv import worker_argv
 from tests.pytest_env import TEST_LABEL, TMP
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -250,25 +251,8 @@ def test_database_released(django_db_setup, django_db_blocker):
 
 def _worker_argv(concurrency: str, *extra: str) -> list[str]:
     """A Celery worker of this console on the default and control queues, with threads."""
-    celery = str(Path(sys.executable).with_name("celery"))
-    return [
-        celery,
-        "-A",
-        "console",
-        "worker",
-        "--pool",
-        "threads",
-        "--concurrency",
-        concurrency,
-        "-Q",
-        f"{settings.CELERY_TASK_DEFAULT_QUEUE},{settings.CELERY_CONTROL_QUEUE}",
-        *extra,
-        "--without-heartbeat",
-        "--without-mingle",
-        "--without-gossip",
-        "-l",
-        "INFO",
-    ]
+    queues = [settings.CELERY_TASK_DEFAULT_QUEUE, settings.CELERY_CONTROL_QUEUE]
+    return worker_argv(queues, concurrency=int(concurrency), extra=extra)
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,6 @@ import logging
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,6 +27,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from console.celery import app as celery_app
+from console.worker_argv import worker_argv
 from jobs import events, tasks
 from jobs.models import EventKind, Notification, Phase, TrainingJob
 from jobs.runtime import reconcile
@@ -146,15 +146,10 @@ def outbox_worker(private_broker):
     """A Celery worker process consuming the session's task queue on the private broker (the
     name is the session's, so that what this process routes there is what it takes; no other
     process uses that broker). No beat: the test runs the reconcile step itself, here."""
-    celery = str(Path(sys.executable).with_name("celery"))
     name = f"outbox-worker-{private_broker.port}"
-    worker = PrivateWorker(
-        name,
-        # `env` execs the worker in the same process (group): ManagedProcess stops it as usual.
-        ["env", f"REDIS_URL={private_broker.url}", celery, "-A", "console", "worker", "--pool", "threads",
-         "--concurrency", "4", "-Q", settings.CELERY_TASK_DEFAULT_QUEUE, "--without-heartbeat",
-         "--without-mingle", "--without-gossip", "-l", "INFO", "--hostname", f"{name}@%h"],
-    )  # fmt: skip
+    argv = worker_argv([settings.CELERY_TASK_DEFAULT_QUEUE], concurrency=4, extra=("--hostname", f"{name}@%h"))
+    # `env` execs the worker in the same process (group): ManagedProcess stops it as usual.
+    worker = PrivateWorker(name, ["env", f"REDIS_URL={private_broker.url}", *argv])
     worker.start()
     yield worker
     worker.stop()

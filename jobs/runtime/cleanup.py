@@ -165,6 +165,43 @@ def remove_orphaned_containers(hosts: list[DockerHost] | None = None) -> bool:
         for name, why in _unusable_standbys(host, standbys, unknown_cutoff):
             standby.remove_quietly(standbys[name], f"orphan scan on {host.name}: {why}")
             removed = True
+        removed |= _remove_past_networks(host, labels)
+    return removed
+
+
+def _remove_past_networks(host: DockerHost, labels: list[str]) -> bool:
+    """The networks of jobs this console knows made for an attempt before the job's latest, that
+    the follower's clear-up left (docker_hosts.remove_past_networks): its removal failed, a create
+    failed after its network was made, or the containers were removed elsewhere (a Stop while the
+    attempt started, this scan). The engine refuses one a running container is on; the latest
+    attempt's own network is left (a start may be joining it). An ended job's go with the rest of
+    its resources (release_job_resources); a network of a job this console does not know is not
+    this scan's to judge."""
+    try:
+        networks = engine_networks.networks_labelled(host, [*labels, "console.volume=network"])
+    except engine.EngineError as exc:
+        log.info("cannot list the networks of %s: %s", host.name, exc)
+        return False
+    job_ids = {job for _, network_labels in networks if _is_uuid(job := network_labels.get("console.job"))}
+    latest = {
+        str(job_id): number
+        for job_id, number in Attempt.objects.filter(job_id__in=job_ids)
+        .values("job_id")
+        .annotate(latest=Max("number"))
+        .values_list("job_id", "latest")
+    }
+    removed = False
+    for name, network_labels in networks:
+        top = latest.get(str(network_labels.get("console.job")))
+        made_for = network_labels.get("console.attempt") or "0"
+        if top is None or not made_for.isdigit() or int(made_for) >= top:
+            continue
+        try:
+            if engine_networks.remove_network_unless_used(host, name):
+                log.warning("removed the network %s of a past attempt on %s", name, host.name)
+                removed = True
+        except engine.EngineError as exc:
+            log.info("could not remove the network %s: %s", name, exc)
     return removed
 
 

@@ -49,9 +49,9 @@ def _named(client, name: str) -> list:
 
 
 @_at_edge
-def networks_labelled(host, label: str) -> list[tuple[str, dict[str, str]]]:
-    """(name, labels) of the networks with this label (`key=value`)."""
-    return [(n.name, n.attrs.get("Labels") or {}) for n in client_for(host).networks.list(filters={"label": label})]
+def networks_labelled(host, labels: str | list[str]) -> list[tuple[str, dict[str, str]]]:
+    """(name, labels) of the networks with these labels (`key=value`)."""
+    return [(n.name, n.attrs.get("Labels") or {}) for n in client_for(host).networks.list(filters={"label": labels})]
 
 
 @_at_edge
