@@ -5,6 +5,8 @@ the CPU and log cases are also proven against real containers in
 test_fault_tolerance.py.
 """
 
+import pytest
+
 from jobs.runtime import hang
 from jobs.runtime.engine import ExecResult
 
@@ -135,3 +137,20 @@ def test_nvidia_smi_sampler_parses_the_busiest_gpu_with_mock_gpu(monkeypatch):
     assert cmd[0] == "nvidia-smi" and kwargs["user"] == "1000:1000" and kwargs["timeout_s"] <= 10
     monkeypatch.setattr(hang, "exec_bounded", lambda *a, **k: ExecResult(0, b"N/A\n\xff garbage", b""))
     assert hang.nvidia_smi_gpu(object()) is None
+
+
+# nvidia-smi's answers to the sampler's question, recorded on an NVIDIA H200 (driver 580.159.04)
+# lent to this project on 2026-12-04: a bf16 matmul loop running, idle, and a GPU index that is
+# not there (exit 6). The launcher's gpu-check passed there ("1 GPU device(s) visible": nvidia0
+# beside nvidiactl, nvidia-uvm, nvidia-caps), run by the console's busybox.
+H200_ANSWERS = [
+    (ExecResult(0, b"99\n", b""), 99.0),
+    (ExecResult(0, b"0\n", b""), 0.0),
+    (ExecResult(6, b"No devices were found\n", b""), None),
+]
+
+
+@pytest.mark.parametrize(("answer", "busiest"), H200_ANSWERS)
+def test_nvidia_smi_answers_recorded_on_an_h200_with_mock_gpu(monkeypatch, answer, busiest):
+    monkeypatch.setattr(hang, "exec_bounded", lambda *a, **k: answer)
+    assert hang.nvidia_smi_gpu(object()) == busiest
