@@ -135,6 +135,54 @@ class ExecResult:
     timed_out: bool = False  # ended by the timeout (exit 137 from `timeout -s KILL`, or the socket's)
 
 
+STDOUT_FRAME, STDERR_FRAME = 1, 2  # the stream byte of Docker's multiplexed frames
+
+
+def read_past_headers(raw) -> bytes:
+    """The bytes of an exec's stream that came with the engine's `101 Switching Protocols` and
+    that the HTTP parser read with its headers (a buffered read takes what is there): the SDK
+    hands out the socket under that buffer, so a caller reading the socket alone lost them. A
+    command that ended at once lost its whole output (exit 0, nothing printed: a metrics scrape
+    with no samples, under a busy worker; tests/test_exec_stream.py); a terminal its first line,
+    a relay an app's greeting. Takes only what the buffer holds, or what one read without waiting
+    gives."""
+    response = getattr(raw, "_response", None)
+    buffered = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+    sock = getattr(raw, "_sock", raw)
+    if buffered is None or not hasattr(sock, "gettimeout"):
+        return b""
+    timeout = sock.gettimeout()
+    try:
+        sock.settimeout(0)
+        return buffered.read1(65536) or b""
+    except OSError:  # nothing there (a TLS socket says so with an error)
+        return b""
+    finally:
+        sock.settimeout(timeout)
+
+
+def multiplexed_frames(first: bytes, sock) -> Iterator[tuple[int, bytes]]:
+    """(stream, payload) of each frame of an exec without a TTY: `first` (read_past_headers),
+    then what the socket gives, until it ends. A read that times out raises (OSError)."""
+    buffer = first
+
+    def fill(size: int) -> bool:
+        nonlocal buffer
+        while len(buffer) < size:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return False
+            buffer += chunk
+        return True
+
+    while fill(8):
+        kind, size = buffer[0], int.from_bytes(buffer[4:8], "big")
+        if not fill(8 + size):
+            return
+        yield kind, buffer[8 : 8 + size]
+        buffer = buffer[8 + size :]
+
+
 @_at_edge
 def exec_bounded(
     container, cmd: list[str], *, user: str = MA_USER, timeout_s: float = 10, max_bytes: int = 1024 * 1024
@@ -164,26 +212,24 @@ def exec_bounded(
         stream=True,
         timeout=seconds + 2,
     )
-    api._raise_for_status(response)
-    stream = docker.types.CancellableStream(api._read_from_socket(response, True, tty=False, demux=True), response)
+    raw = api._get_raw_response_socket(response)
     try:
-        for chunk_out, chunk_err in stream:
+        for kind, chunk in multiplexed_frames(read_past_headers(raw), getattr(raw, "_sock", raw)):
             if time.monotonic() > deadline:
                 timed_out = True
                 break
-            for buf, chunk in ((out, chunk_out), (err, chunk_err)):
-                if chunk:
-                    room = max_bytes - len(buf)
-                    if len(chunk) > room:
-                        truncated = True
-                    buf.extend(chunk[: max(0, room)])
+            buf = err if kind == STDERR_FRAME else out
+            room = max_bytes - len(buf)
+            if len(chunk) > room:
+                truncated = True
+            buf.extend(chunk[: max(0, room)])
             if truncated:
                 break  # the command is killed by its timeout if it goes on printing
     except (OSError, requests.exceptions.ConnectionError) as exc:  # the socket's read timed out
         timed_out = True
         log.info("exec %s in %s: %s", cmd[:2], container.name, exc)
     finally:
-        stream.close()
+        docker.types.CancellableStream(iter(()), response).close()  # shuts the upgraded socket
     code = api.exec_inspect(exec_id).get("ExitCode")
     if code == 137 and not truncated:
         timed_out = True  # killed by `timeout -s KILL` (or by the OOM killer: either way, no answer)

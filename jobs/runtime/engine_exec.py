@@ -14,7 +14,7 @@ import logging
 import socket
 import threading
 
-from .engine import BUSYBOX, HOST_ERRORS, MA_USER, Unreachable, _edge, exec_bounded
+from .engine import BUSYBOX, HOST_ERRORS, MA_USER, Unreachable, _edge, exec_bounded, read_past_headers
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class ExecSession:
 
     def _read_preamble(self) -> None:
         """Read the wrapper's first line (its PID); raises Unreachable if it does not come."""
-        data = b""
+        data = read_past_headers(self._raw)  # it may have come with the engine's answer
         while b"\n" not in data and len(data) < 256:
             with _edge():
                 chunk = self._sock.recv(256)
@@ -176,8 +176,8 @@ class Relay:
     def __init__(self, exec_id: str, raw):
         self.exec_id, self._raw = exec_id, raw
         self._sock = getattr(raw, "_sock", raw)
+        self._buffer = read_past_headers(raw)  # an app's greeting may have come with the engine's answer
         self._sock.settimeout(WRITE_TIMEOUT_S)
-        self._buffer = b""
         self.stderr = b""  # nc's messages ("can't connect"), bounded
         self._closed = threading.Event()
 

@@ -1,0 +1,61 @@
+"""What an exec prints right away is not lost when the console reads the engine's answer late.
+
+The engine answers an exec's start with `101 Switching Protocols` and streams the output on the
+same connection; the HTTP parser reads the headers through a buffer, which takes the output too
+when it is already there (a command that ended at once, and a worker too busy to read the answer
+at once). The SDK hands out the socket under that buffer: read alone, a metrics scrape came back
+with exit 0 and no output (a full run's Metrics tab showed "0 samples"). Here the console's read
+of the answer is held back (a busy worker, injected by delaying http.client's header parsing);
+the engine and the containers are real."""
+
+from __future__ import annotations
+
+import http.client
+import time
+
+import pytest
+
+from jobs.runtime import engine, engine_exec
+from tests.conftest import BUSYBOX, TEST_LABEL
+
+
+@pytest.fixture
+def slow_reader(monkeypatch):
+    """The console reads each HTTP answer's headers 0.3 s late: the output is there by then."""
+    begin = http.client.HTTPResponse.begin
+
+    def late_begin(self):
+        time.sleep(0.3)
+        return begin(self)
+
+    monkeypatch.setattr(http.client.HTTPResponse, "begin", late_begin)
+
+
+@pytest.fixture
+def container(docker_client):
+    made = docker_client.containers.run(
+        BUSYBOX,
+        ["sh", "-c", "printf 'loss 0.5\\n' > /tmp/metrics; nc -ll -p 7000 -e echo hello-from-the-app & sleep 300"],
+        detach=True,
+        labels=dict([TEST_LABEL]),
+        mounts=[engine.bind_mount(engine.TOOLS_MOUNT, str(engine.runtime_tools_dir()), read_only=True)],
+    )
+    time.sleep(0.5)  # its printf and nc
+    yield made
+    made.remove(force=True)
+
+
+def test_a_command_that_ends_at_once_keeps_its_output(container, slow_reader):
+    for _ in range(3):
+        result = engine.exec_bounded(container, ["cat", "/tmp/metrics"], timeout_s=5)
+        assert (result.exit_code, result.stdout, result.timed_out) == (0, b"loss 0.5\n", False)
+    result = engine.exec_bounded(container, ["sh", "-c", "echo out; echo err >&2"], timeout_s=5)
+    assert (result.stdout, result.stderr) == (b"out\n", b"err\n")
+
+
+def test_a_relay_keeps_the_apps_first_words(container, slow_reader):
+    relay = engine_exec.open_relay(container, 7000)
+    try:
+        assert relay.read() == b"hello-from-the-app\n"
+    finally:
+        relay.close()
