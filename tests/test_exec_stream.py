@@ -47,9 +47,9 @@ def container(docker_client):
 
 def test_a_command_that_ends_at_once_keeps_its_output(container, slow_reader):
     for _ in range(3):
-        result = engine.exec_bounded(container, ["cat", "/tmp/metrics"], timeout_s=5)
+        result = engine_exec.exec_bounded(container, ["cat", "/tmp/metrics"], timeout_s=5)
         assert (result.exit_code, result.stdout, result.timed_out) == (0, b"loss 0.5\n", False)
-    result = engine.exec_bounded(container, ["sh", "-c", "echo out; echo err >&2"], timeout_s=5)
+    result = engine_exec.exec_bounded(container, ["sh", "-c", "echo out; echo err >&2"], timeout_s=5)
     assert (result.stdout, result.stderr) == (b"out\n", b"err\n")
 
 

@@ -8,7 +8,7 @@ test_fault_tolerance.py.
 import pytest
 
 from jobs.runtime import hang
-from jobs.runtime.engine import ExecResult
+from jobs.runtime.engine_exec import ExecResult
 
 
 class Clock:

@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import docker
 import requests
@@ -123,118 +120,6 @@ from .control import (  # noqa: E402, F401
     write_control_file,
 )
 from .control import wake as wake_launcher  # noqa: E402, F401 - "wake" alone would not say whom
-
-
-# -- exec ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ExecResult:
-    exit_code: int | None  # None: still running when we stopped reading (it is killed by its timeout)
-    stdout: bytes
-    stderr: bytes
-    truncated: bool = False  # more output than max_bytes: the rest was not read
-    timed_out: bool = False  # ended by the timeout (exit 137 from `timeout -s KILL`, or the socket's)
-
-
-STDOUT_FRAME, STDERR_FRAME = 1, 2  # the stream byte of Docker's multiplexed frames
-
-
-def read_past_headers(raw) -> bytes:
-    """The bytes of an exec's stream that came with the engine's `101 Switching Protocols` and
-    that the HTTP parser read with its headers (a buffered read takes what is there): the SDK
-    hands out the socket under that buffer, so a caller reading the socket alone lost them. A
-    command that ended at once lost its whole output (exit 0, nothing printed: a metrics scrape
-    with no samples, under a busy worker; tests/test_exec_stream.py); a terminal its first line,
-    a relay an app's greeting. Takes only what the buffer holds, or what one read without waiting
-    gives."""
-    response = getattr(raw, "_response", None)
-    buffered = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
-    sock = getattr(raw, "_sock", raw)
-    if buffered is None or not hasattr(sock, "gettimeout"):
-        return b""
-    timeout = sock.gettimeout()
-    try:
-        sock.settimeout(0)
-        return buffered.read1(65536) or b""
-    except OSError:  # nothing there (a TLS socket says so with an error)
-        return b""
-    finally:
-        sock.settimeout(timeout)
-
-
-def multiplexed_frames(first: bytes, sock) -> Iterator[tuple[int, bytes]]:
-    """(stream, payload) of each frame of an exec without a TTY: `first` (read_past_headers),
-    then what the socket gives, until it ends. A read that times out raises (OSError)."""
-    buffer = first
-
-    def fill(size: int) -> bool:
-        nonlocal buffer
-        while len(buffer) < size:
-            chunk = sock.recv(65536)
-            if not chunk:
-                return False
-            buffer += chunk
-        return True
-
-    while fill(8):
-        kind, size = buffer[0], int.from_bytes(buffer[4:8], "big")
-        if not fill(8 + size):
-            return
-        yield kind, buffer[8 : 8 + size]
-        buffer = buffer[8 + size :]
-
-
-@_at_edge
-def exec_bounded(
-    container, cmd: list[str], *, user: str = MA_USER, timeout_s: float = 10, max_bytes: int = 1024 * 1024
-) -> ExecResult:
-    """Run `cmd` in the container and return its status and at most `max_bytes` of its output.
-
-    The command runs under the console's `timeout -s KILL` (from the runtime tools, not
-    the image), and the socket read times out a few seconds later, so a command that
-    hangs or never stops printing cannot hold the caller. Raises HOST_ERRORS when the
-    engine cannot be asked.
-    """
-    seconds = max(1, math.ceil(timeout_s))
-    # The whole call's deadline, on the console's side: the job can kill the `timeout` watcher
-    # (it runs as uid 1000 in the container) and trickle output under the socket's timeout.
-    deadline = time.monotonic() + seconds + 2
-    api = container.client.api
-    wrapped = [BUSYBOX, "timeout", "-s", "KILL", str(seconds), *cmd]
-    exec_id = api.exec_create(container.id, wrapped, user=user)["Id"]
-    out, err = bytearray(), bytearray()
-    truncated = timed_out = False
-    # exec_start without its client's timeout (a follower's client has none): this request's
-    # socket reads time out a little after the command's own timeout.
-    response = api._post_json(
-        api._url("/exec/{0}/start", exec_id),
-        headers={"Connection": "Upgrade", "Upgrade": "tcp"},
-        data={"Tty": False, "Detach": False},
-        stream=True,
-        timeout=seconds + 2,
-    )
-    raw = api._get_raw_response_socket(response)
-    try:
-        for kind, chunk in multiplexed_frames(read_past_headers(raw), getattr(raw, "_sock", raw)):
-            if time.monotonic() > deadline:
-                timed_out = True
-                break
-            buf = err if kind == STDERR_FRAME else out
-            room = max_bytes - len(buf)
-            if len(chunk) > room:
-                truncated = True
-            buf.extend(chunk[: max(0, room)])
-            if truncated:
-                break  # the command is killed by its timeout if it goes on printing
-    except (OSError, requests.exceptions.ConnectionError) as exc:  # the socket's read timed out
-        timed_out = True
-        log.info("exec %s in %s: %s", cmd[:2], container.name, exc)
-    finally:
-        docker.types.CancellableStream(iter(()), response).close()  # shuts the upgraded socket
-    code = api.exec_inspect(exec_id).get("ExitCode")
-    if code == 137 and not truncated:
-        timed_out = True  # killed by `timeout -s KILL` (or by the OOM killer: either way, no answer)
-    return ExecResult(code, bytes(out), bytes(err), truncated, timed_out)
-
 
 # -- clients -------------------------------------------------------------------------------------------
 _local = threading.local()

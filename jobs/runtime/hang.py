@@ -19,7 +19,8 @@ from typing import Protocol
 
 from faulttolerance.hang import SAMPLE_EVERY_S, HangJudge
 
-from .engine import MA_USER, exec_bounded
+from .engine import MA_USER
+from .engine_exec import exec_bounded
 from .engine_stats import NO_USAGE, Usage
 from .engine_stats import usage as container_usage
 

@@ -20,7 +20,8 @@ from django.utils.translation import gettext
 from jobs.models import TaskRun, TrainingJob
 
 from . import docker_hosts, engine
-from .engine import HOST_ERRORS, exec_bounded
+from .engine import HOST_ERRORS
+from .engine_exec import exec_bounded
 
 # SPEC: the command answers "within seconds".
 SCRAPE_TIMEOUT_S = 5
@@ -28,7 +29,7 @@ MAX_SAMPLES = 1000
 MAX_OUTPUT_BYTES = 2 * 1024 * 1024
 
 # Fetches a URL with whatever the image has: wget (busybox), curl, or Python. Every scrape
-# runs under the console's own `timeout` (engine.exec_bounded), whatever the image has.
+# runs under the console's own `timeout` (engine_exec.exec_bounded), whatever the image has.
 _FETCH = (
     'u="$1"; '
     'if command -v wget >/dev/null 2>&1; then exec wget -q -O - "$u"; '
