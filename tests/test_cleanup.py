@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from jobs.models import Phase, TrainingJob
 from jobs.runtime import cleanup
@@ -102,6 +103,52 @@ def test_a_past_attempts_network_left_behind_is_removed_by_the_scan(demo, docker
         assert {docker_hosts.job_network(job, 1), unknown} <= names
     finally:
         docker_client.networks.get(unknown).remove()
+
+
+def test_a_job_deleted_before_its_release_leaves_no_key_network_or_volume(demo, docker_client, monkeypatch, settings):
+    """Deleted within seconds of its end (or while a host was away), a job's release never runs:
+    no row is left to find its things by. Its files on the console's disk go with the delete
+    (the API's here; the admin's too: one signal), and the orphan scan removes its networks and
+    volumes once they are as old as an unknown container must be (UNKNOWN_GRACE_S): a network
+    left for good takes one of the engine's ~30 address pools."""
+    from rest_framework.test import APIClient
+
+    from jobs.runtime import control, ssh
+
+    job = submit_job(demo, name="gone", node_count=2, command="echo done")
+    label = {"label": f"console.job={job.id}"}
+    wait_for(lambda: TrainingJob.objects.get(id=job.id).phase == Phase.COMPLETED, message="the job to complete")
+    # The release has not run yet (it waits AFTER_END_S after the end); keep it from running.
+    TrainingJob.objects.filter(id=job.id).update(resources_released_at=timezone.now())
+    wait_for(
+        lambda: not docker_client.containers.list(all=True, sparse=True, filters=label),
+        message="the followers to remove the containers",
+    )
+    networks = docker_client.networks.list(filters=label)
+    volumes = docker_client.volumes.list(filters=label)
+    assert networks and volumes, "a two-instance job has a network and /cache volumes"
+    kept = [
+        ssh.ssh_dir_path(job),
+        Path(settings.JOB_DATA_ROOT) / LOCAL_CODE_STAGING / str(job.id),
+        control.control_root() / str(job.id),
+    ]
+    for folder in kept:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "left").write_text("x")
+
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {demo.token}")
+    response = api.delete(f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}")
+    assert response.status_code == 204, response.content
+    assert [folder for folder in kept if folder.exists()] == [], "the deleted job's key and copies are gone"
+    assert job_data_dir(job).is_dir(), "its job data is the user's"
+
+    assert not cleanup.remove_orphaned_containers([demo.host]), "fresh: left alone, as an unknown container"
+    assert docker_client.networks.list(filters=label) and docker_client.volumes.list(filters=label)
+    monkeypatch.setattr(cleanup, "UNKNOWN_GRACE_S", 0)
+    assert cleanup.remove_orphaned_containers([demo.host])
+    assert docker_client.networks.list(filters=label) == []
+    assert docker_client.volumes.list(filters=label) == []
 
 
 def test_looking_for_orphans_asks_the_database_once_whatever_the_number_of_containers(demo, docker_client, settings):

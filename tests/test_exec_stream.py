@@ -59,3 +59,29 @@ def test_a_relay_keeps_the_apps_first_words(container, slow_reader):
         assert relay.read() == b"hello-from-the-app\n"
     finally:
         relay.close()
+
+
+def test_a_stream_over_a_pipe_is_not_waited_on():
+    """An ssh:// host's exec comes through a pipe to its ssh process, not a socket: the buffered
+    bytes cannot be taken without a read that would wait for the command to speak (unit: no
+    engine; the read is bounded by the test's thread join)."""
+    import io
+    import os
+    import threading
+    from types import SimpleNamespace
+
+    read_end, write_end = os.pipe()
+    try:
+        buffered = io.BufferedReader(io.FileIO(read_end, "rb", closefd=False))
+        sock = SimpleNamespace(gettimeout=lambda: None, settimeout=lambda _t: None)
+        raw = SimpleNamespace(
+            _response=SimpleNamespace(raw=SimpleNamespace(_fp=SimpleNamespace(fp=buffered))), _sock=sock
+        )
+        got = []
+        reader = threading.Thread(target=lambda: got.append(engine_exec.read_past_headers(raw)), daemon=True)
+        reader.start()
+        reader.join(2)
+        assert got == [b""], "read_past_headers waited on an empty pipe"
+    finally:
+        os.close(write_end)
+        os.close(read_end)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import shutil
 from datetime import UTC, datetime
+from pathlib import Path
 from uuid import UUID
 
 from django.conf import settings
@@ -20,7 +21,7 @@ from django.utils import timezone
 
 from jobs.models import RETAINED_PHASES, Attempt, DockerHost, TaskRun, TrainingJob
 
-from . import engine, engine_networks, ssh, standby
+from . import docker_hosts, engine, engine_networks, ssh, standby
 from .layout import LOCAL_CODE_STAGING
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,17 @@ def release_job_resources(job_id) -> bool:
     return done
 
 
+def remove_files_of_deleted_job(job_id) -> None:
+    """What a deleted job kept on the console's own disk: its code copies, its SSH dir (its private
+    key must not outlive it) and its control dirs, once the delete has committed. A job deleted
+    before release_job_resources ran (within seconds of its end, or while a host was away) left
+    them for good: no row is left to find them by. What its hosts hold (volumes, networks) goes
+    with the orphan scan (_remove_left_networks_and_volumes). The job data dir is the user's."""
+    shutil.rmtree(Path(settings.JOB_DATA_ROOT) / LOCAL_CODE_STAGING / str(job_id), ignore_errors=True)
+    shutil.rmtree(Path(settings.JOB_DATA_ROOT) / ssh.SSH_STAGING / str(job_id), ignore_errors=True)
+    engine.remove_control_dirs(job_id)
+
+
 def _release_on_host(job: TrainingJob, host: DockerHost) -> bool:
     label = f"console.job={job.id}"
     try:
@@ -66,9 +78,7 @@ def _release_on_host(job: TrainingJob, host: DockerHost) -> bool:
     return True
 
 
-def _code_copies(job: TrainingJob):
-    from pathlib import Path
-
+def _code_copies(job: TrainingJob) -> Path:
     return Path(settings.JOB_DATA_ROOT) / LOCAL_CODE_STAGING / str(job.id)
 
 
@@ -165,43 +175,59 @@ def remove_orphaned_containers(hosts: list[DockerHost] | None = None) -> bool:
         for name, why in _unusable_standbys(host, standbys, unknown_cutoff):
             standby.remove_quietly(standbys[name], f"orphan scan on {host.name}: {why}")
             removed = True
-        removed |= _remove_past_networks(host, labels)
+        removed |= _remove_left_networks_and_volumes(host, labels, unknown_cutoff)
     return removed
 
 
-def _remove_past_networks(host: DockerHost, labels: list[str]) -> bool:
-    """The networks of jobs this console knows made for an attempt before the job's latest, that
-    the follower's clear-up left (docker_hosts.remove_past_networks): its removal failed, a create
-    failed after its network was made, or the containers were removed elsewhere (a Stop while the
-    attempt started, this scan). The engine refuses one a running container is on; the latest
-    attempt's own network is left (a start may be joining it). An ended job's go with the rest of
-    its resources (release_job_resources); a network of a job this console does not know is not
-    this scan's to judge."""
+def _remove_left_networks_and_volumes(host: DockerHost, labels: list[str], unknown_cutoff) -> bool:
+    """What the follower's clear-up or a job's release left on the engine:
+    - a network made for an attempt before its job's latest (docker_hosts.remove_past_networks):
+      the removal failed, a create failed after its network was made, or the containers were
+      removed elsewhere (a Stop while the attempt started, this scan). The latest attempt's own
+      network is left (a start may be joining it); an ended job's go with the rest of its
+      resources (release_job_resources).
+    - the networks and volumes of a job this console does not know, made UNKNOWN_GRACE_S ago, as
+      its containers: a job deleted before its release ran (within seconds of its end, or while
+      a host was away). No row is left to release them by, and a network left for good takes
+      one of the engine's address pools (about thirty).
+    The engine refuses to remove one a container uses."""
     try:
         networks = engine_networks.networks_labelled(host, [*labels, "console.volume=network"])
+        volumes = engine_networks.volumes_labelled(host, labels)
     except engine.EngineError as exc:
-        log.info("cannot list the networks of %s: %s", host.name, exc)
+        log.info("cannot list the networks and volumes of %s: %s", host.name, exc)
         return False
-    job_ids = {job for _, network_labels in networks if _is_uuid(job := network_labels.get("console.job"))}
+    job_ids = {job for item in networks + volumes if _is_uuid(job := item.labels.get("console.job"))}
     latest = {
         str(job_id): number
-        for job_id, number in Attempt.objects.filter(job_id__in=job_ids)
-        .values("job_id")
-        .annotate(latest=Max("number"))
-        .values_list("job_id", "latest")
+        for job_id, number in TrainingJob.objects.filter(id__in=job_ids)
+        .annotate(latest=Max("attempts__number"))
+        .values_list("id", "latest")
     }
+
+    def unknown_and_old(item: engine_networks.Labelled) -> bool:
+        known = str(item.labels.get("console.job")) in latest
+        return not known and item.created is not None and item.created < unknown_cutoff
+
     removed = False
-    for name, network_labels in networks:
-        top = latest.get(str(network_labels.get("console.job")))
-        made_for = network_labels.get("console.attempt") or "0"
-        if top is None or not made_for.isdigit() or int(made_for) >= top:
-            continue
-        try:
-            if engine_networks.remove_network_unless_used(host, name):
-                log.warning("removed the network %s of a past attempt on %s", name, host.name)
-                removed = True
-        except engine.EngineError as exc:
-            log.info("could not remove the network %s: %s", name, exc)
+    for what, items, remove in (
+        ("network", networks, engine_networks.remove_network_unless_used),
+        ("volume", volumes, engine_networks.remove_volume_unless_used),
+    ):
+        for item in items:
+            job_latest = latest.get(str(item.labels.get("console.job")))
+            if unknown_and_old(item):
+                why = "of a job this console does not know"
+            elif what == "network" and docker_hosts.made_for_a_past_attempt(item.labels, job_latest):
+                why = "of a past attempt"
+            else:
+                continue
+            try:
+                if remove(host, item.name):
+                    log.warning("removed the %s %s %s on %s", what, item.name, why, host.name)
+                    removed = True
+            except engine.EngineError as exc:
+                log.info("could not remove the %s %s: %s", what, item.name, exc)
     return removed
 
 

@@ -133,11 +133,17 @@ def remove_past_networks(job: TrainingJob, host: DockerHost) -> None:
     attempt's own network, and any a later attempt made meanwhile, are left alone: a start may be
     joining them (a container made but not started is not on a network yet)."""
     latest = job.attempts.order_by("-number").values_list("number", flat=True).first()
-    if latest is None:
-        return
-    for name, labels in engine_networks.networks_labelled(host, f"console.job={job.id}"):
-        if int(labels.get("console.attempt") or 0) < latest:
-            engine_networks.remove_network_unless_used(host, name)
+    for network in engine_networks.networks_labelled(host, f"console.job={job.id}"):
+        if made_for_a_past_attempt(network.labels, latest):
+            engine_networks.remove_network_unless_used(host, network.name)
+
+
+def made_for_a_past_attempt(labels: dict[str, str], latest: int | None) -> bool:
+    """Whether a job's network (its labels, network_labels) was made for an attempt before the
+    job's latest, `latest` (None: the job has none yet). The one rule of the follower's removal
+    above and of the orphan scan's (cleanup.py)."""
+    made_for = labels.get("console.attempt") or "0"
+    return latest is not None and made_for.isdigit() and int(made_for) < latest
 
 
 def peer_hostnames(job: TrainingJob, task_run: TaskRun, hosts: list[DockerHost] | None) -> list[str]:

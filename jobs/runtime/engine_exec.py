@@ -49,6 +49,10 @@ def read_past_headers(raw) -> bytes:
     sock = getattr(raw, "_sock", raw)
     if buffered is None or not hasattr(sock, "gettimeout"):
         return b""
+    if not isinstance(getattr(buffered, "raw", None), socket.SocketIO):
+        # Not a socket under the buffer (an ssh:// host's pipe to its ssh process): a read here
+        # would wait until the command spoke, and a timeout of 0 does not reach a pipe.
+        return b""
     timeout = sock.gettimeout()
     try:
         sock.settimeout(0)

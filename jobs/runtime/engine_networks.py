@@ -8,6 +8,10 @@ so it does not import the SDK itself (tests/test_architecture.py).
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
 from .engine import EngineError, NotFound, _at_edge, _edge, client_for
 
 INHIBIT_IPV4 = "com.docker.network.bridge.inhibit_ipv4"
@@ -48,10 +52,61 @@ def _named(client, name: str) -> list:
     return [n for n in client.networks.list(names=[name]) if n.name == name]
 
 
+@dataclass(frozen=True)
+class Labelled:
+    """A network or volume of the engine, as the console finds what it made by label."""
+
+    name: str
+    labels: dict[str, str]
+    created: datetime | None  # None where the engine gave no readable time
+
+
+def _engine_time(value) -> datetime | None:
+    """The engine's RFC 3339 time (nanoseconds, `Z` or an offset), to the microsecond."""
+    text = str(value or "")
+    match = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)$", text)
+    if match is None:
+        return None
+    whole, fraction, zone = match.groups()
+    micro = (fraction or ".0")[1:7].ljust(6, "0")
+    try:
+        return datetime.fromisoformat(f"{whole}.{micro}{'+00:00' if zone == 'Z' else zone}")
+    except ValueError:
+        return None
+
+
 @_at_edge
-def networks_labelled(host, labels: str | list[str]) -> list[tuple[str, dict[str, str]]]:
-    """(name, labels) of the networks with these labels (`key=value`)."""
-    return [(n.name, n.attrs.get("Labels") or {}) for n in client_for(host).networks.list(filters={"label": labels})]
+def networks_labelled(host, labels: str | list[str]) -> list[Labelled]:
+    """The networks with these labels (`key=value`)."""
+    return [
+        Labelled(n.name, n.attrs.get("Labels") or {}, _engine_time(n.attrs.get("Created")))
+        for n in client_for(host).networks.list(filters={"label": labels})
+    ]
+
+
+@_at_edge
+def volumes_labelled(host, labels: str | list[str]) -> list[Labelled]:
+    """The volumes with these labels (`key=value`)."""
+    return [
+        Labelled(v.name, v.attrs.get("Labels") or {}, _engine_time(v.attrs.get("CreatedAt")))
+        for v in client_for(host).volumes.list(filters={"label": labels})
+    ]
+
+
+@_at_edge
+def remove_volume_unless_used(host, name: str) -> bool:
+    """Remove a volume unless a container (running or not) has it or it is gone already; whether
+    it was removed."""
+    try:
+        with _edge():
+            client_for(host).api.remove_volume(name)
+    except NotFound:
+        return False
+    except EngineError as exc:
+        if exc.status_code == 409:  # "volume is in use"
+            return False
+        raise
+    return True
 
 
 @_at_edge
