@@ -197,10 +197,11 @@ def _remove_left_networks_and_volumes(host: DockerHost, labels: list[str], unkno
     except engine.EngineError as exc:
         log.info("cannot list the networks and volumes of %s: %s", host.name, exc)
         return False
-    job_ids = {job for item in networks + volumes if _is_uuid(job := item.labels.get("console.job"))}
+    job_ids = sorted({job for item in networks + volumes if _is_uuid(job := item.labels.get("console.job"))})
     latest = {
         str(job_id): number
-        for job_id, number in TrainingJob.objects.filter(id__in=job_ids)
+        for start in range(0, len(job_ids), 900)  # SQLite before 3.32 takes at most 999 parameters
+        for job_id, number in TrainingJob.objects.filter(id__in=job_ids[start : start + 900])
         .annotate(latest=Max("attempts__number"))
         .values_list("id", "latest")
     }
