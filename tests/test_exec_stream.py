@@ -61,6 +61,26 @@ def test_a_relay_keeps_the_apps_first_words(container, slow_reader):
         relay.close()
 
 
+def test_an_engine_gone_mid_answer_is_the_engines_error_not_a_timeout(container, monkeypatch):
+    """A read that timed out is the command's (timed_out); a connection reset under the answer is
+    the engine's (Unreachable, as any call at the edge): the caller must not record that the
+    command hung. The engine and the exec are real; the reset is injected into the frame read."""
+
+    def frames_then(error):
+        def frames(first, sock):
+            yield engine_exec.STDOUT_FRAME, b"par"
+            raise error
+
+        return frames
+
+    monkeypatch.setattr(engine_exec, "multiplexed_frames", frames_then(TimeoutError("timed out")))
+    result = engine_exec.exec_bounded(container, ["cat", "/tmp/metrics"], timeout_s=5)
+    assert result.timed_out
+    monkeypatch.setattr(engine_exec, "multiplexed_frames", frames_then(ConnectionResetError(104, "reset")))
+    with pytest.raises(engine.Unreachable):
+        engine_exec.exec_bounded(container, ["cat", "/tmp/metrics"], timeout_s=5)
+
+
 def test_a_stream_over_a_pipe_is_not_waited_on():
     """An ssh:// host's exec comes through a pipe to its ssh process, not a socket: the buffered
     bytes cannot be taken without a read that would wait for the command to speak (unit: no

@@ -127,9 +127,11 @@ def exec_bounded(
             buf.extend(chunk[: max(0, room)])
             if truncated:
                 break  # the command is killed by its timeout if it goes on printing
-    except OSError as exc:  # the socket's read timed out (requests' errors are OSErrors too)
+    except TimeoutError as exc:  # the socket's read timed out: the command did not answer in time
         timed_out = True
         log.info("exec %s in %s: %s", cmd[:2], container.name, exc)
+    # Any other OSError (the connection reset or refused: the engine went away mid-answer) is the
+    # engine's, not the command's: the edge raises it as Unreachable.
     finally:
         _shut(getattr(raw, "_sock", raw))
         response.close()
