@@ -93,33 +93,27 @@ def volumes_labelled(host, labels: str | list[str]) -> list[Labelled]:
     ]
 
 
-@_at_edge
 def remove_volume_unless_used(host, name: str) -> bool:
-    """Remove a volume unless a container (running or not) has it or it is gone already; whether
-    it was removed."""
-    try:
-        with _edge():
-            client_for(host).api.remove_volume(name)
-    except NotFound:
-        return False
-    except EngineError as exc:
-        if exc.status_code == 409:  # "volume is in use"
-            return False
-        raise
-    return True
+    """Remove a volume unless a container (running or not) has it (409) or it is gone already;
+    whether it was removed."""
+    return _removed_unless_refused(lambda: client_for(host).api.remove_volume(name), refused=(409,))
+
+
+def remove_network_unless_used(host, name: str) -> bool:
+    """Remove a network unless a running container is on it (403 or 409, "has active endpoints")
+    or it is gone already; whether it was removed."""
+    return _removed_unless_refused(lambda: client_for(host).api.remove_network(name), refused=(403, 409))
 
 
 @_at_edge
-def remove_network_unless_used(host, name: str) -> bool:
-    """Remove a network unless a running container is on it (the engine refuses: 403) or it is
-    gone already; whether it was removed."""
+def _removed_unless_refused(remove, refused: tuple[int, ...]) -> bool:
     try:
         with _edge():
-            client_for(host).api.remove_network(name)
+            remove()
     except NotFound:
         return False
     except EngineError as exc:
-        if exc.status_code in (403, 409):  # "has active endpoints"
+        if exc.status_code in refused:
             return False
         raise
     return True
