@@ -4,6 +4,7 @@ from django.utils import timezone
 from faulttolerance.models import RecoveryRecord
 
 from .models import (
+    FINAL_PHASES,
     Attempt,
     Bucket,
     Dataset,
@@ -287,6 +288,15 @@ class TrainingJobAdmin(admin.ModelAdmin):
     @admin.display(description="Env vars")
     def env_vars(self, obj):
         return "\n".join(f"{e['name']}={e['value']}" for e in obj.environments_masked()) or "-"
+
+    def has_delete_permission(self, request, obj=None):
+        # As the API: a job is deleted once it has ended (force stop it first). A job deleted while
+        # it starts or runs would leave its containers to the orphan scan and its files to a start
+        # still writing them. The bulk action asks this of each chosen job and refuses them all
+        # when one has not ended (its confirmation page says which type it may not delete).
+        if obj is not None and obj.phase not in FINAL_PHASES:
+            return False
+        return super().has_delete_permission(request, obj)
 
     # Ends a job: only staff who may change jobs.
     @admin.action(description="Force stop (terminate, no restart)", permissions=["change"])

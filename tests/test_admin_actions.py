@@ -60,3 +60,27 @@ def test_a_view_only_operator_cannot_force_stop_a_job(demo):
     viewer.post("/admin/jobs/trainingjob/", {"action": "force_stop", "_selected_action": [str(job.id)]})
     job.refresh_from_db()
     assert not job.terminate_requested and job.phase == Phase.PENDING
+
+
+@pytest.mark.django_db
+def test_the_admin_deletes_ended_jobs_only(demo):
+    """As the API: a job that has not ended is not deleted (its start may still be writing its
+    files, its containers still run); force stop it first. The bulk action refuses a choice that
+    holds one, and deletes ended jobs."""
+    running = pending_job(demo)
+    ended = pending_job(demo)
+    TrainingJob.objects.filter(id=ended.id).update(phase=Phase.COMPLETED)
+    operator = Client()
+    operator.force_login(get_user_model().objects.create_superuser("root", password="root-password"))
+    assert operator.post(f"/admin/jobs/trainingjob/{running.id}/delete/", {"post": "yes"}).status_code == 403
+
+    def bulk_delete(*jobs):
+        selected = [str(job.id) for job in jobs]
+        return operator.post(
+            "/admin/jobs/trainingjob/", {"action": "delete_selected", "_selected_action": selected, "post": "yes"}
+        )
+
+    assert bulk_delete(running, ended).status_code == 403
+    assert TrainingJob.objects.count() == 2
+    assert bulk_delete(ended).status_code == 302
+    assert list(TrainingJob.objects.values_list("id", flat=True)) == [running.id]

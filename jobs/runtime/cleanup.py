@@ -10,6 +10,7 @@ artifacts, summaries)."""
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -64,6 +65,50 @@ def remove_files_of_deleted_job(job_id) -> None:
     engine.remove_control_dirs(job_id)
 
 
+def _per_job_folders() -> list[Path]:
+    """Where the console keeps a folder per job on its own disk, named by the job's id."""
+    root = Path(settings.JOB_DATA_ROOT)
+    return [root / LOCAL_CODE_STAGING, root / ssh.SSH_STAGING, engine.control_root()]
+
+
+def remove_files_of_unknown_jobs(changed_before: datetime) -> bool:
+    """The per-job folders (_per_job_folders) of jobs no row knows, unchanged since
+    `changed_before`: a job deleted while a start still wrote them (the admin deletes only ended
+    jobs, but a start's late write is not excluded), or before deletes removed them. Links and
+    files are not this console's folders: left alone."""
+    found: dict[str, list[Path]] = {}
+    for parent in _per_job_folders():
+        try:
+            entries = list(os.scandir(parent))
+        except OSError:
+            continue  # not made yet
+        for entry in entries:
+            job = _job_of({"console.job": entry.name})
+            try:
+                if job is None or not entry.is_dir(follow_symlinks=False):
+                    continue
+                changed = datetime.fromtimestamp(entry.stat(follow_symlinks=False).st_mtime, tz=UTC)
+            except OSError:
+                continue  # gone meanwhile
+            if changed < changed_before:
+                found.setdefault(job, []).append(Path(entry.path))
+    ids = sorted(found)
+    known = {
+        str(job_id)
+        for start in range(0, len(ids), 900)  # SQLite before 3.32 takes at most 999 parameters
+        for job_id in TrainingJob.objects.filter(id__in=ids[start : start + 900]).values_list("id", flat=True)
+    }
+    removed = False
+    for job, folders in found.items():
+        if job in known:
+            continue
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)  # fd-based: a link planted inside is not followed
+            log.warning("removed %s: no job of this console has it", folder)
+            removed = True
+    return removed
+
+
 def _release_on_host(job: TrainingJob, host: DockerHost) -> bool:
     label = f"console.job={job.id}"
     try:
@@ -112,7 +157,12 @@ def scan_for_orphans_when_due() -> bool:
     the engine encodes and the worker decodes holding the interpreter lock, and an orphan is
     rare (a follower died) and waits ORPHAN_GRACE_S anyway."""
     claimed = claim_orphan_scans()
-    return remove_orphaned_containers(claimed) if claimed else False
+    if not claimed:
+        return False
+    removed = remove_orphaned_containers(claimed)
+    # The console's own disk with it: as often, by the worker that claimed a scan.
+    cutoff = timezone.now() - timezone.timedelta(seconds=UNKNOWN_GRACE_S)
+    return remove_files_of_unknown_jobs(cutoff) or removed
 
 
 def claim_orphan_scans() -> list[DockerHost]:
@@ -191,13 +241,17 @@ def _remove_left_networks_and_volumes(host: DockerHost, labels: list[str], unkno
       a host was away). No row is left to release them by, and a network left for good takes
       one of the engine's address pools (about thirty).
     The engine refuses to remove one a container uses."""
-    try:
-        networks = engine_networks.networks_labelled(host, [*labels, "console.volume=network"])
-        volumes = engine_networks.volumes_labelled(host, labels)
-    except engine.EngineError as exc:
-        log.info("cannot list the networks and volumes of %s: %s", host.name, exc)
-        return False
-    job_ids = sorted({job for item in networks + volumes if _is_uuid(job := item.labels.get("console.job"))})
+    listed: dict[str, list[engine_networks.Labelled]] = {}
+    for what, listing in (
+        ("network", lambda: engine_networks.networks_labelled(host, [*labels, "console.volume=network"])),
+        ("volume", lambda: engine_networks.volumes_labelled(host, labels)),
+    ):
+        try:
+            listed[what] = listing()
+        except engine.EngineError as exc:
+            log.info("cannot list the %ss of %s: %s", what, host.name, exc)
+    items = [item for found in listed.values() for item in found]
+    job_ids = sorted({job for item in items if (job := _job_of(item.labels))})
     latest = {
         str(job_id): number
         for start in range(0, len(job_ids), 900)  # SQLite before 3.32 takes at most 999 parameters
@@ -205,21 +259,21 @@ def _remove_left_networks_and_volumes(host: DockerHost, labels: list[str], unkno
         .annotate(latest=Max("attempts__number"))
         .values_list("id", "latest")
     }
-
-    def unknown_and_old(item: engine_networks.Labelled) -> bool:
-        known = str(item.labels.get("console.job")) in latest
-        return not known and item.created is not None and item.created < unknown_cutoff
-
     removed = False
-    for what, items, remove in (
-        ("network", networks, engine_networks.remove_network_unless_used),
-        ("volume", volumes, engine_networks.remove_volume_unless_used),
-    ):
-        for item in items:
-            job_latest = latest.get(str(item.labels.get("console.job")))
-            if unknown_and_old(item):
+    for what, found in listed.items():
+        remove = {
+            "network": engine_networks.remove_network_unless_used,
+            "volume": engine_networks.remove_volume_unless_used,
+        }[what]
+        for item in found:
+            job = _job_of(item.labels)
+            if job is None:
+                continue  # not labelled as the console labels what it makes: not this scan's
+            if job not in latest:
+                if item.created is None or item.created >= unknown_cutoff:
+                    continue
                 why = "of a job this console does not know"
-            elif what == "network" and docker_hosts.made_for_a_past_attempt(item.labels, job_latest):
+            elif what == "network" and docker_hosts.made_for_a_past_attempt(item.labels, latest[job]):
                 why = "of a past attempt"
             else:
                 continue
@@ -230,6 +284,14 @@ def _remove_left_networks_and_volumes(host: DockerHost, labels: list[str], unkno
             except engine.EngineError as exc:
                 log.info("could not remove the %s %s: %s", what, item.name, exc)
     return removed
+
+
+def _job_of(labels: dict[str, str]) -> str | None:
+    """The job id a console label names, as str(UUID) writes it; None for anything else."""
+    try:
+        return str(UUID(str(labels.get("console.job"))))
+    except ValueError:
+        return None
 
 
 def _unusable_standbys(host: DockerHost, standbys: dict, unknown_cutoff) -> list[tuple[str, str]]:

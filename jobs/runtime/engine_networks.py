@@ -70,9 +70,11 @@ def _engine_time(value) -> datetime | None:
     whole, fraction, zone = match.groups()
     micro = (fraction or ".0")[1:7].ljust(6, "0")
     try:
-        return datetime.fromisoformat(f"{whole}.{micro}{'+00:00' if zone == 'Z' else zone}")
+        when = datetime.fromisoformat(f"{whole}.{micro}{'+00:00' if zone == 'Z' else zone}")
     except ValueError:
         return None
+    # The engine's zero time (0001-01-01: a volume whose creation time it could not read) is no time.
+    return when if when.year >= 2000 else None
 
 
 @_at_edge
