@@ -143,7 +143,8 @@ def _resource_recorder(task_run: TaskRun, container) -> resources.ResourceRecord
 def _hang_watch(task_run: TaskRun) -> HangWatch:
     job = task_run.attempt.job
     gpus = job.flavor_id is not None and job.flavor.gpus > 0
-    # Sampled by the Sampler thread only: the follower's ticks (no container at hand) only judge.
+    # Sampled by its Sampler only (on the SamplingPool): the follower's ticks (no container at
+    # hand) only judge.
     return HangWatch(
         window_s=job.hang_window_s or settings.HANG_WINDOW_S,
         gpu_sampler=nvidia_smi_gpu if gpus else no_gpu,

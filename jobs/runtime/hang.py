@@ -10,7 +10,11 @@ same samples feed the instance's resource chart (resources.py).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
+import os
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +31,8 @@ from .engine_stats import usage as container_usage
 log = logging.getLogger(__name__)
 
 SAMPLE_TIMEOUT_S = 5
+# The threads that turn every followed container's Sampler (SamplingPool).
+SAMPLER_THREADS = 8
 STACKS_TIMEOUT_S = 30
 STACKS_MAX_BYTES = 256 * 1024
 
@@ -77,9 +83,9 @@ class SampleSink(Protocol):
 class HangWatch(HangJudge):
     """The judgement (faulttolerance/hang.py) fed with this container's samples.
 
-    tick() is called by the follower on every loop turn and does no I/O when
-    a Sampler thread feeds it (sample_inline=False): a `docker exec` in the
-    log loop would delay every log line behind it.
+    tick() is called by the follower on every loop turn and does no I/O when a
+    Sampler feeds it from the SamplingPool (sample_inline=False): a `docker exec`
+    in the log loop would delay every log line behind it.
     """
 
     gpu_sampler: GpuSampler = no_gpu
@@ -119,21 +125,22 @@ class HangWatch(HangJudge):
         return Sample(time.time(), usage, gpu)
 
 
-class Sampler(threading.Thread):
+class Sampler:
     """Feeds a HangWatch with CPU/GPU samples beside the log loop, and the instance's resource
-    chart (`sink`) with one of them every few seconds."""
+    chart (`sink`) with one of them every few seconds. Its turns run on the process's
+    SamplingPool, not on a thread of its own (docs/decisions.md "One sampling pool per worker")."""
 
-    def __init__(self, watch: HangWatch, container, sink: SampleSink | None = None):
-        super().__init__(daemon=True, name="hang-sampler")
+    def __init__(self, watch: HangWatch, container, sink: SampleSink | None = None, pool: SamplingPool | None = None):
         self.watch, self.container, self.sink = watch, container, sink
         self.stopped = threading.Event()
+        self.pool = pool if pool is not None else SAMPLING
+        self.started = False
 
-    def run(self) -> None:
-        while not self.stopped.wait(SAMPLE_EVERY_S):
-            try:
-                self.turn()
-            except Exception:  # nothing ends this thread: without samples no hang is judged
-                log.exception("sampling a container failed")
+    def start(self) -> None:
+        if self.started:  # twice in the pool would turn one watch on two threads at once
+            raise RuntimeError("a Sampler is started once")
+        self.started = True
+        self.pool.add(self)
 
     def turn(self) -> None:
         chart = self.sink is not None and self.sink.due()
@@ -148,7 +155,77 @@ class Sampler(threading.Thread):
             self.watch.last_cpu_ns = None  # the next sample starts a fresh interval
 
     def stop(self) -> None:
+        """No more turns after the one under way, if any (it is not waited for, as before)."""
         self.stopped.set()
+
+
+class SamplingPool:
+    """Turns every followed container's Sampler, each `every_s` after its last turn ended, on a
+    few threads of the process. A thread per instance (190 of them at 200 instances, each waking
+    every 2 s for a call of a few ms) made the worker's threads fight for the interpreter beside
+    the followers; a few threads serve the same turns. One clock thread waits for the earliest due
+    time (the others would all wake for each) and hands due samplers to the turning threads.
+    Several of those, not one: a turn may wait on an engine that does not answer (bounded,
+    SAMPLE_TIMEOUT_S and STATS_TIMEOUT_S), and the others' turns go on meanwhile."""
+
+    def __init__(self, threads: int = SAMPLER_THREADS, every_s: float = SAMPLE_EVERY_S):
+        self.threads, self.every_s = threads, every_s
+        self._forget()
+
+    def add(self, sampler: Sampler) -> None:
+        """Its next turn, `every_s` from now."""
+        with self._changed:
+            if not self._started:  # lazily: a process that follows nothing has none
+                self._started = True
+                threading.Thread(target=self._hand_out_forever, name="sampler-clock", daemon=True).start()
+                for index in range(self.threads):
+                    threading.Thread(target=self._turn_forever, name=f"sampler-{index}", daemon=True).start()
+            heapq.heappush(self._due, (time.monotonic() + self.every_s, next(self._order), sampler))
+            self._changed.notify()  # only the clock waits on it
+
+    def waiting(self) -> int:
+        """How many samplers wait for a turn (stopped ones leave at their due time)."""
+        with self._changed:
+            return len(self._due)
+
+    def _hand_out_forever(self) -> None:
+        while True:
+            with self._changed:
+                if not self._due:
+                    self._changed.wait()
+                    continue
+                when, _, sampler = self._due[0]
+                delay = when - time.monotonic()
+                if delay > 0 and not sampler.stopped.is_set():
+                    self._changed.wait(delay)
+                    continue
+                heapq.heappop(self._due)
+            if not sampler.stopped.is_set():
+                self._ready.put(sampler)
+            sampler = None  # a stopped one's container and chart are not held here
+
+    def _turn_forever(self) -> None:
+        while True:
+            sampler = self._ready.get()
+            try:
+                sampler.turn()
+            except Exception:  # nothing ends these threads: without samples no hang is judged
+                log.exception("sampling a container failed")
+            if not sampler.stopped.is_set():
+                self.add(sampler)
+            sampler = None  # not held while this thread waits for the next
+
+    def _forget(self) -> None:
+        self._due: list[tuple[float, int, Sampler]] = []  # (when, tie-break, sampler): a heap
+        self._order = itertools.count()
+        self._changed = threading.Condition()
+        self._ready: queue.SimpleQueue[Sampler] = queue.SimpleQueue()
+        self._started = False
+
+
+SAMPLING = SamplingPool()
+# A forked child has none of the parent's threads, and none of its followers.
+os.register_at_fork(after_in_child=SAMPLING._forget)
 
 
 STACKS_CMD = [

@@ -1,0 +1,116 @@
+"""The SamplingPool that turns every followed container's Sampler on a few threads (hang.py):
+no Docker, no worker. Turns are counted, never timed: each wait below is for something to
+happen at all, with a deadline far above what it needs."""
+
+import threading
+import time
+
+import pytest
+
+from jobs.runtime import hang
+
+DEADLINE_S = 30
+
+
+class CountingSampler(hang.Sampler):
+    """A Sampler whose turn counts itself (and may wait, or raise) instead of asking an engine."""
+
+    def __init__(self, pool, engine_answers: threading.Event | None = None, fail: bool = False):
+        super().__init__(watch=None, container=None, pool=pool)
+        self.turns = 0
+        self.engine_answers, self.fail = engine_answers, fail
+        self.turned = threading.Event()
+
+    def turn(self) -> None:
+        self.turns += 1
+        self.turned.set()
+        if self.engine_answers is not None:
+            self.engine_answers.wait()
+        if self.fail:
+            raise RuntimeError("the engine said no")
+
+
+@pytest.fixture
+def samplers():
+    """Makes CountingSamplers on a pool of its own and stops them all at the end, passed or not
+    (one left turning every 10 ms would load the rest of the session)."""
+    made: list[CountingSampler] = []
+    released: list[threading.Event] = []
+
+    def make(pool, **kwargs) -> CountingSampler:
+        sampler = CountingSampler(pool, **kwargs)
+        made.append(sampler)
+        if sampler.engine_answers is not None:
+            released.append(sampler.engine_answers)
+        return sampler
+
+    yield make
+    for sampler in made:
+        sampler.stop()
+    for event in released:
+        event.set()
+
+
+def wait_for(condition) -> bool:
+    until = time.monotonic() + DEADLINE_S
+    while time.monotonic() < until:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_every_sampler_is_turned_again_and_again_on_a_few_threads(samplers):
+    pool = hang.SamplingPool(threads=2, every_s=0.01)
+    many = [samplers(pool) for _ in range(50)]
+    before = set(threading.enumerate())
+    for sampler in many:
+        sampler.start()
+    assert wait_for(lambda: all(s.turns >= 3 for s in many))
+    started = set(threading.enumerate()) - before
+    assert len(started) == 3  # the clock and two turning threads, not one per sampler
+
+
+def test_a_sampler_is_started_once(samplers):
+    sampler = samplers(hang.SamplingPool(threads=1, every_s=0.01))
+    sampler.start()
+    with pytest.raises(RuntimeError):
+        sampler.start()
+
+
+def test_a_stopped_sampler_is_turned_no_more_and_leaves_the_pool(samplers):
+    pool = hang.SamplingPool(threads=2, every_s=0.01)
+    stopped, running = samplers(pool), samplers(pool)
+    stopped.start()
+    running.start()
+    assert wait_for(lambda: stopped.turns >= 1)
+    stopped.stop()
+    turns_when_stopped = stopped.turns
+    seen = running.turns
+    assert wait_for(lambda: running.turns >= seen + 5)  # turns went on meanwhile
+    assert stopped.turns <= turns_when_stopped + 1  # at most the one under way when it stopped
+    running.stop()
+    assert wait_for(lambda: pool.waiting() == 0)
+
+
+def test_a_turn_that_waits_on_a_silent_engine_does_not_hold_the_others(samplers):
+    pool = hang.SamplingPool(threads=2, every_s=0.01)
+    engine_answers = threading.Event()
+    stuck = samplers(pool, engine_answers=engine_answers)
+    others = [samplers(pool) for _ in range(5)]
+    stuck.start()
+    assert stuck.turned.wait(DEADLINE_S)  # one turning thread is now held by it
+    for sampler in others:
+        sampler.start()
+    assert wait_for(lambda: all(s.turns >= 3 for s in others))
+    assert stuck.turns == 1
+    engine_answers.set()
+    assert wait_for(lambda: stuck.turns >= 2)  # and it is turned again once its call returned
+
+
+def test_a_turn_that_raises_is_logged_and_the_sampler_turns_on(samplers, caplog):
+    pool = hang.SamplingPool(threads=1, every_s=0.01)
+    failing = samplers(pool, fail=True)
+    failing.start()
+    assert wait_for(lambda: failing.turns >= 3)
+    assert "sampling a container failed" in caplog.text
