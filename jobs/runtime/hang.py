@@ -168,8 +168,8 @@ class SamplingPool:
     Several of those, not one: a turn may wait on an engine that does not answer (bounded,
     SAMPLE_TIMEOUT_S and STATS_TIMEOUT_S), and the others' turns go on meanwhile."""
 
-    def __init__(self, threads: int = SAMPLER_THREADS, every_s: float = SAMPLE_EVERY_S):
-        self.threads, self.every_s = threads, every_s
+    def __init__(self, threads: int = SAMPLER_THREADS, every_s: float = SAMPLE_EVERY_S, tick_s: float = 0.05):
+        self.threads, self.every_s, self.tick_s = threads, every_s, tick_s
         self._forget()
 
     def add(self, sampler: Sampler) -> None:
@@ -180,8 +180,10 @@ class SamplingPool:
                 threading.Thread(target=self._hand_out_forever, name="sampler-clock", daemon=True).start()
                 for index in range(self.threads):
                     threading.Thread(target=self._turn_forever, name=f"sampler-{index}", daemon=True).start()
-            heapq.heappush(self._due, (time.monotonic() + self.every_s, next(self._order), sampler))
-            self._changed.notify()  # only the clock waits on it
+            when = time.monotonic() + self.every_s
+            if not self._due or when < self._due[0][0]:
+                self._changed.notify()  # a new earliest: the clock waits for it (only the clock waits)
+            heapq.heappush(self._due, (when, next(self._order), sampler))
 
     def waiting(self) -> int:
         """How many samplers wait for a turn (stopped ones leave at their due time)."""
@@ -194,15 +196,20 @@ class SamplingPool:
                 if not self._due:
                     self._changed.wait()
                     continue
-                when, _, sampler = self._due[0]
-                delay = when - time.monotonic()
-                if delay > 0 and not sampler.stopped.is_set():
-                    self._changed.wait(delay)
+                now = time.monotonic()
+                delay = self._due[0][0] - now
+                if delay > 0:
+                    # Not sooner than a tick: the turns due meanwhile go out together, one
+                    # wake-up of this thread for several (a turn every 2 s does not mind 50 ms).
+                    self._changed.wait(max(delay, self.tick_s))
                     continue
-                heapq.heappop(self._due)
-            if not sampler.stopped.is_set():
-                self._ready.put(sampler)
-            sampler = None  # a stopped one's container and chart are not held here
+                due = []
+                while self._due and self._due[0][0] <= now:
+                    due.append(heapq.heappop(self._due)[2])
+            for sampler in due:
+                if not sampler.stopped.is_set():  # a stopped one leaves here
+                    self._ready.put(sampler)
+            due = sampler = None  # a stopped one's container and chart are not held here
 
     def _turn_forever(self) -> None:
         while True:
