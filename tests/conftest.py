@@ -233,20 +233,18 @@ def test_database_released(django_db_setup, django_db_blocker):
     session's test database is left (a killed process's backend that PostgreSQL has not reaped
     yet), so that pytest-django can drop the database (else a warning, and the database stays)."""
     yield
-    from django.db import OperationalError, connection
+    from django.db import connection
+    from django.db.backends.base.creation import TEST_DATABASE_PREFIX
 
-    if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql" or not connection.settings_dict["NAME"].startswith(TEST_DATABASE_PREFIX):
+        # No test of this session used the database (tests/test_launcher.py alone), so pytest-django
+        # made none: a connection to the name in the settings would wait the pool's whole timeout.
         return
-    try:
-        with django_db_blocker.unblock(), connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
-    except OperationalError:
-        # A session none of whose tests used the database (tests/test_launcher.py alone): its
-        # connection pool was made for the database's own name, which does not exist here.
-        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
 
 
 def _worker_argv(concurrency: str, *extra: str) -> list[str]:

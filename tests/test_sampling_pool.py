@@ -15,8 +15,8 @@ DEADLINE_S = 30
 class CountingSampler(hang.Sampler):
     """A Sampler whose turn counts itself (and may wait, or raise) instead of asking an engine."""
 
-    def __init__(self, pool, engine_answers: threading.Event | None = None, fail: bool = False):
-        super().__init__(watch=None, container=None, pool=pool)
+    def __init__(self, pool, engine_answers: threading.Event | None = None, fail: bool = False, engine: str = ""):
+        super().__init__(watch=None, container=None, pool=pool, engine=engine)
         self.turns = 0
         self.engine_answers, self.fail = engine_answers, fail
         self.turned = threading.Event()
@@ -106,6 +106,42 @@ def test_a_turn_that_waits_on_a_silent_engine_does_not_hold_the_others(samplers)
     assert stuck.turns == 1
     engine_answers.set()
     assert wait_for(lambda: stuck.turns >= 2)  # and it is turned again once its call returned
+
+
+def test_an_engine_that_does_not_answer_holds_threads_of_its_own_never_the_others_turns(samplers):
+    # Stands in for a host whose engine went silent (its calls wait until it answers): the pool's
+    # scheduling is what is tested here; the engine's own silence is test_hosts' and liveness's.
+    pool = hang.SamplingPool(threads=2, every_s=0.01)
+    engine_answers = threading.Event()
+    silent = [samplers(pool, engine_answers=engine_answers, engine="tcp://silent:2376") for _ in range(6)]
+    for sampler in silent:
+        sampler.start()
+    assert wait_for(lambda: sum(s.turns for s in silent) == 2)  # its two turns under way...
+    others = [samplers(pool, engine="unix:///var/run/docker.sock") for _ in range(5)]
+    for sampler in others:
+        sampler.start()
+    assert wait_for(lambda: all(s.turns >= 3 for s in others))  # ...never the others'
+    assert sum(s.turns for s in silent) == 2  # the rest of its samplers wait behind those two
+    assert pool.turning_threads() <= 4  # two held by the silent engine, two for the others
+    engine_answers.set()
+    assert wait_for(lambda: all(s.turns >= 2 for s in silent))  # all of its samplers turn again
+
+
+def test_one_engine_has_as_many_turns_under_way_as_the_pool_has_threads(samplers):
+    pool = hang.SamplingPool(threads=3, every_s=0.01)
+    engine_answers = threading.Event()
+    waiting = [samplers(pool, engine_answers=engine_answers) for _ in range(10)]
+    for sampler in waiting:
+        sampler.start()
+    assert wait_for(lambda: sum(s.turns for s in waiting) == 3)
+    time.sleep(0.2)  # twenty of its turns' periods: none more starts, no thread is added for it
+    assert sum(s.turns for s in waiting) == 3
+    assert pool.turning_threads() == 3
+    for sampler in waiting[:5]:
+        sampler.stop()  # stopped while waiting behind: they leave when a turn ends
+    engine_answers.set()
+    assert wait_for(lambda: all(s.turns >= 3 for s in waiting[5:]))
+    assert [s.turns for s in waiting[:5]] == [1, 1, 1, 0, 0]  # the first three were under way
 
 
 def test_a_turn_that_raises_is_logged_and_the_sampler_turns_on(samplers, caplog):

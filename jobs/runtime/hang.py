@@ -10,6 +10,7 @@ same samples feed the instance's resource chart (resources.py).
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import logging
@@ -31,8 +32,11 @@ from .engine_stats import usage as container_usage
 log = logging.getLogger(__name__)
 
 SAMPLE_TIMEOUT_S = 5
-# The threads that turn every followed container's Sampler (SamplingPool).
+# The threads that turn every followed container's Sampler (SamplingPool), and the most turns
+# of one engine under way at once; the pool grows past SAMPLER_THREADS (to SAMPLER_THREADS_MAX)
+# only while engines that do not answer hold threads.
 SAMPLER_THREADS = 8
+SAMPLER_THREADS_MAX = 64
 STACKS_TIMEOUT_S = 30
 STACKS_MAX_BYTES = 256 * 1024
 
@@ -130,8 +134,16 @@ class Sampler:
     chart (`sink`) with one of them every few seconds. Its turns run on the process's
     SamplingPool, not on a thread of its own (docs/decisions.md "One sampling pool per worker")."""
 
-    def __init__(self, watch: HangWatch, container, sink: SampleSink | None = None, pool: SamplingPool | None = None):
+    def __init__(
+        self,
+        watch: HangWatch,
+        container,
+        sink: SampleSink | None = None,
+        pool: SamplingPool | None = None,
+        engine: str = "",
+    ):
         self.watch, self.container, self.sink = watch, container, sink
+        self.engine = engine  # whose turns are counted together (the host's base URL)
         self.stopped = threading.Event()
         self.pool = pool if pool is not None else SAMPLING
         self.started = False
@@ -165,11 +177,22 @@ class SamplingPool:
     every 2 s for a call of a few ms) made the worker's threads fight for the interpreter beside
     the followers; a few threads serve the same turns. One clock thread waits for the earliest due
     time (the others would all wake for each) and hands due samplers to the turning threads.
-    Several of those, not one: a turn may wait on an engine that does not answer (bounded,
-    SAMPLE_TIMEOUT_S and STATS_TIMEOUT_S), and the others' turns go on meanwhile."""
 
-    def __init__(self, threads: int = SAMPLER_THREADS, every_s: float = SAMPLE_EVERY_S, tick_s: float = 0.05):
+    A turn may wait on an engine that does not answer (bounded: SAMPLE_TIMEOUT_S, STATS_TIMEOUT_S).
+    So one engine has at most `threads` turns under way (its other due samplers queue behind
+    them, in order, and go out as those end), and the pool starts another thread whenever every thread it
+    has is taken, up to `max_threads`: a silent engine holds threads of its own, never the turns
+    of the others (with a thread per sampler it held only its own samplers' threads)."""
+
+    def __init__(
+        self,
+        threads: int = SAMPLER_THREADS,
+        every_s: float = SAMPLE_EVERY_S,
+        tick_s: float = 0.05,
+        max_threads: int = SAMPLER_THREADS_MAX,
+    ):
         self.threads, self.every_s, self.tick_s = threads, every_s, tick_s
+        self.max_threads = max(threads, max_threads)
         self._forget()
 
     def add(self, sampler: Sampler) -> None:
@@ -178,17 +201,29 @@ class SamplingPool:
             if not self._started:  # lazily: a process that follows nothing has none
                 self._started = True
                 threading.Thread(target=self._hand_out_forever, name="sampler-clock", daemon=True).start()
-                for index in range(self.threads):
-                    threading.Thread(target=self._turn_forever, name=f"sampler-{index}", daemon=True).start()
-            when = time.monotonic() + self.every_s
-            if not self._due or when < self._due[0][0]:
-                self._changed.notify()  # a new earliest: the clock waits for it (only the clock waits)
-            heapq.heappush(self._due, (when, next(self._order), sampler))
+                self._grow(self.threads)
+            self._push(time.monotonic() + self.every_s, sampler)
 
     def waiting(self) -> int:
         """How many samplers wait for a turn (stopped ones leave at their due time)."""
         with self._changed:
-            return len(self._due)
+            return len(self._due) + sum(len(queued) for queued in self._behind.values())
+
+    def turning_threads(self) -> int:
+        with self._changed:
+            return self._turners
+
+    def _push(self, when: float, sampler: Sampler) -> None:
+        """Under the lock."""
+        if not self._due or when < self._due[0][0]:
+            self._changed.notify()  # a new earliest: the clock waits for it (only the clock waits)
+        heapq.heappush(self._due, (when, next(self._order), sampler))
+
+    def _grow(self, to: int) -> None:
+        """Under the lock."""
+        while self._turners < min(to, self.max_threads):
+            self._turners += 1
+            threading.Thread(target=self._turn_forever, name=f"sampler-{self._turners}", daemon=True).start()
 
     def _hand_out_forever(self) -> None:
         while True:
@@ -206,10 +241,21 @@ class SamplingPool:
                 due = []
                 while self._due and self._due[0][0] <= now:
                     due.append(heapq.heappop(self._due)[2])
-            for sampler in due:
-                if not sampler.stopped.is_set():  # a stopped one leaves here
-                    self._ready.put(sampler)
-            due = sampler = None  # a stopped one's container and chart are not held here
+                ready = []
+                for sampler in due:
+                    if sampler.stopped.is_set():
+                        continue  # a stopped one leaves here
+                    if self._under_way.get(sampler.engine, 0) >= self.threads:
+                        # Its engine has enough turns under way: after them (a turn that ends
+                        # hands its thread to the next of its engine).
+                        self._behind.setdefault(sampler.engine, collections.deque()).append(sampler)
+                        continue
+                    self._under_way[sampler.engine] = self._under_way.get(sampler.engine, 0) + 1
+                    ready.append(sampler)
+                self._grow(sum(self._under_way.values()))
+            for sampler in ready:
+                self._ready.put(sampler)
+            due = ready = sampler = None  # a stopped one's container and chart are not held here
 
     def _turn_forever(self) -> None:
         while True:
@@ -218,15 +264,36 @@ class SamplingPool:
                 sampler.turn()
             except Exception:  # nothing ends these threads: without samples no hang is judged
                 log.exception("sampling a container failed")
+            with self._changed:
+                if not sampler.stopped.is_set():
+                    self._push(time.monotonic() + self.every_s, sampler)
+                following = self._next_behind(sampler.engine)
+                if following is None:
+                    self._under_way[sampler.engine] -= 1
+                    if not self._under_way[sampler.engine]:
+                        del self._under_way[sampler.engine]
+            if following is not None:
+                self._ready.put(following)  # the engine's count of turns under way stays
+            sampler = following = None  # not held while this thread waits for the next
+
+    def _next_behind(self, engine: str) -> Sampler | None:
+        """Under the lock: the next sampler of `engine` that waits for one of its turns to end."""
+        queued = self._behind.get(engine)
+        while queued:
+            sampler = queued.popleft()
             if not sampler.stopped.is_set():
-                self.add(sampler)
-            sampler = None  # not held while this thread waits for the next
+                return sampler
+        self._behind.pop(engine, None)
+        return None
 
     def _forget(self) -> None:
         self._due: list[tuple[float, int, Sampler]] = []  # (when, tie-break, sampler): a heap
         self._order = itertools.count()
         self._changed = threading.Condition()
         self._ready: queue.SimpleQueue[Sampler] = queue.SimpleQueue()
+        self._under_way: dict[str, int] = {}  # engine -> turns handed out and not yet ended
+        self._behind: dict[str, collections.deque[Sampler]] = {}  # engine -> due, after those
+        self._turners = 0
         self._started = False
 
 
