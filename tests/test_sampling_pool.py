@@ -20,14 +20,22 @@ class CountingSampler(hang.Sampler):
         self.turns = 0
         self.engine_answers, self.fail = engine_answers, fail
         self.turned = threading.Event()
+        self.inside = 0
+        self.overlapped = False  # two turns of one watch at once: what the pool must never do
 
     def turn(self) -> None:
+        self.inside += 1
+        self.overlapped |= self.inside > 1
         self.turns += 1
         self.turned.set()
-        if self.engine_answers is not None:
-            self.engine_answers.wait()
-        if self.fail:
-            raise RuntimeError("the engine said no")
+        try:
+            if self.engine_answers is not None:
+                self.engine_answers.wait()
+            time.sleep(0.001)  # a turn takes a while: room for a second one of the same sampler
+            if self.fail:
+                raise RuntimeError("the engine said no")
+        finally:
+            self.inside -= 1
 
 
 @pytest.fixture
@@ -69,6 +77,7 @@ def test_every_sampler_is_turned_again_and_again_on_a_few_threads(samplers):
     assert wait_for(lambda: all(s.turns >= 3 for s in many))
     started = set(threading.enumerate()) - before
     assert len(started) == 3  # the clock and two turning threads, not one per sampler
+    assert not any(s.overlapped for s in many)
 
 
 def test_a_sampler_is_started_once(samplers):
@@ -125,6 +134,21 @@ def test_an_engine_that_does_not_answer_holds_threads_of_its_own_never_the_other
     assert pool.turning_threads() <= 4  # two held by the silent engine, two for the others
     engine_answers.set()
     assert wait_for(lambda: all(s.turns >= 2 for s in silent))  # all of its samplers turn again
+    assert not any(s.overlapped for s in silent + others)
+
+
+def test_the_threads_grow_no_further_than_max_threads(samplers):
+    pool = hang.SamplingPool(threads=1, every_s=0.01, max_threads=2)
+    engine_answers = threading.Event()
+    silent = [samplers(pool, engine_answers=engine_answers, engine=f"tcp://silent-{n}:2376") for n in range(3)]
+    for sampler in silent:
+        sampler.start()
+    assert wait_for(lambda: sum(s.turns for s in silent) == 2)  # two threads, both held
+    time.sleep(0.2)
+    assert pool.turning_threads() == 2
+    assert sum(s.turns for s in silent) == 2  # the third engine's turn waits for a thread
+    engine_answers.set()
+    assert wait_for(lambda: all(s.turns >= 2 for s in silent))
 
 
 def test_one_engine_has_as_many_turns_under_way_as_the_pool_has_threads(samplers):

@@ -199,8 +199,9 @@ class SamplingPool:
         """Its next turn, `every_s` from now."""
         with self._changed:
             if not self._started:  # lazily: a process that follows nothing has none
-                self._started = True
+                # A clock that cannot start raises to the follower that asked (nothing would turn).
                 threading.Thread(target=self._hand_out_forever, name="sampler-clock", daemon=True).start()
+                self._started = True
                 self._grow(self.threads)
             self._push(time.monotonic() + self.every_s, sampler)
 
@@ -220,10 +221,16 @@ class SamplingPool:
         heapq.heappush(self._due, (when, next(self._order), sampler))
 
     def _grow(self, to: int) -> None:
-        """Under the lock."""
+        """Under the lock. A thread that cannot start (the process's limit) is tried again at the
+        next hand-out; the clock goes on with the threads there are."""
         while self._turners < min(to, self.max_threads):
+            thread = threading.Thread(target=self._turn_forever, name=f"sampler-{self._turners + 1}", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError:
+                log.warning("no thread for the samplers' turns: %d turning", self._turners)
+                return
             self._turners += 1
-            threading.Thread(target=self._turn_forever, name=f"sampler-{self._turners}", daemon=True).start()
 
     def _hand_out_forever(self) -> None:
         while True:
@@ -252,29 +259,38 @@ class SamplingPool:
                         continue
                     self._under_way[sampler.engine] = self._under_way.get(sampler.engine, 0) + 1
                     ready.append(sampler)
-                self._grow(sum(self._under_way.values()))
+                self._grow(max(self.threads, sum(self._under_way.values())))
             for sampler in ready:
                 self._ready.put(sampler)
             due = ready = sampler = None  # a stopped one's container and chart are not held here
 
     def _turn_forever(self) -> None:
-        while True:
-            sampler = self._ready.get()
-            try:
-                sampler.turn()
-            except Exception:  # nothing ends these threads: without samples no hang is judged
-                log.exception("sampling a container failed")
+        try:
+            while True:
+                sampler = self._ready.get()
+                try:
+                    sampler.turn()
+                except Exception:  # nothing ends these threads: without samples no hang is judged
+                    log.exception("sampling a container failed")
+                finally:  # also when something ends this thread: the sampler and its engine go on
+                    self._turned(sampler)
+                sampler = None  # not held while this thread waits for the next
+        finally:
             with self._changed:
-                if not sampler.stopped.is_set():
-                    self._push(time.monotonic() + self.every_s, sampler)
-                following = self._next_behind(sampler.engine)
-                if following is None:
-                    self._under_way[sampler.engine] -= 1
-                    if not self._under_way[sampler.engine]:
-                        del self._under_way[sampler.engine]
-            if following is not None:
-                self._ready.put(following)  # the engine's count of turns under way stays
-            sampler = following = None  # not held while this thread waits for the next
+                self._turners -= 1  # the next hand-out starts another
+
+    def _turned(self, sampler: Sampler) -> None:
+        """Its next turn, and its engine's next sampler that waited behind this turn."""
+        with self._changed:
+            if not sampler.stopped.is_set():
+                self._push(time.monotonic() + self.every_s, sampler)
+            following = self._next_behind(sampler.engine)
+            if following is None:
+                self._under_way[sampler.engine] -= 1
+                if not self._under_way[sampler.engine]:
+                    del self._under_way[sampler.engine]
+        if following is not None:
+            self._ready.put(following)  # the engine's count of turns under way stays
 
     def _next_behind(self, engine: str) -> Sampler | None:
         """Under the lock: the next sampler of `engine` that waits for one of its turns to end."""
