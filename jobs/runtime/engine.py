@@ -15,12 +15,18 @@
 from __future__ import annotations
 
 import functools
+import io
 import logging
+import os
+import select
+import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import docker
+import docker.transport.sshconn
 import requests
 import urllib3
 
@@ -179,6 +185,97 @@ def _transport(host) -> dict:
     if url.startswith("ssh://"):
         return {"use_ssh_client": True}
     return {}
+
+
+class _PipeRead(io.RawIOBase):
+    """The ssh client's stdout read as a socket with a timeout is: a read that waits longer than
+    the socket's timeout raises TimeoutError. The SDK reads the pipe with no timeout at all, so a
+    call to an ssh:// engine that stopped answering held its caller for ever (a control task's
+    thread, a stop) where a unix or tcp:// engine's call times out."""
+
+    def __init__(self, pipe, sock: _SSHSocketWithTimeouts):
+        # `_sock`: where the SDK's CancellableStream looks for the socket to shut down.
+        self._fd, self._sock = pipe.fileno(), sock
+
+    def readable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def readinto(self, buffer) -> int:
+        timeout = self._sock.gettimeout()
+        if timeout is not None and not select.select([self._fd], [], [], timeout)[0]:
+            raise TimeoutError("timed out")
+        data = os.read(self._fd, len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+class _SSHSocketWithTimeouts(docker.transport.sshconn.SSHSocket):
+    """The SDK's socket over `ssh HOST docker system dial-stdio`, with what a socket has: urllib3
+    sets the call's read timeout before each answer (None: a follower's stream) and the reads wait
+    no longer; recv gives what has come (one read of the pipe), not `n` bytes or the end (the
+    SDK's waited for either); closing after the ssh process ended is no error (the SDK's wrote to
+    its closed stdin: a broken pipe out of every exec's end)."""
+
+    def __init__(self, host):
+        super().__init__(host)
+        self._timeout: float | None = None
+        self._reader: io.BufferedReader | None = None
+
+    def settimeout(self, value) -> None:
+        self._timeout = float(value) if isinstance(value, int | float) else None
+
+    def gettimeout(self) -> float | None:
+        return self._timeout
+
+    def connect(self, **kwargs) -> None:
+        super().connect(**kwargs)
+        self._reader = io.BufferedReader(_PipeRead(self.proc.stdout, self))
+
+    def recv(self, n: int) -> bytes:
+        if self._reader is None:
+            return super().recv(n)  # the SDK's error: not connected
+        return self._reader.read1(n)
+
+    def makefile(self, mode):
+        if not self.proc:
+            self.connect()
+        self._reader.channel = self  # the SDK finds an exec's socket here
+        return self._reader
+
+    def shutdown(self, how: int) -> None:
+        """What a socket's shutdown does for a read blocked in another thread (a followed log's
+        close, a terminal's): it ends, here with the ssh process. (The socket object under this
+        class is never connected: its own shutdown raised.)"""
+        if self.proc is not None:
+            self.proc.terminate()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError:  # the ssh process has ended (the engine closed its end): nothing to say
+            self.proc.terminate()
+            try:
+                self.proc.stdin.close()  # its unwritten bytes dropped (closing flushes, and fails)
+            except OSError:
+                pass
+        if self.proc is not None:
+            try:
+                self.proc.wait(5)  # no zombie per connection
+            except subprocess.TimeoutExpired:  # a process that will not end is left to the OS
+                pass
+            for pipe in (self.proc.stdin, self.proc.stdout):  # two descriptors per connection
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+        socket.socket.close(self)  # the socket object's own descriptor
+
+
+# Every ssh:// client of the process (the SDK makes its SSHSocket by this name at each connection).
+docker.transport.sshconn.SSHSocket = _SSHSocketWithTimeouts
 
 
 def forget_client(host) -> None:

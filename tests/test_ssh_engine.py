@@ -1,0 +1,124 @@
+"""An ssh:// Docker host (README "More Docker hosts"): the console reaches its engine through the
+system `ssh` client running `docker system dial-stdio` on the host, over that process's pipes.
+
+No sshd on this machine kind: an `ssh` on PATH stands in for the remote end. It is a real process
+with real pipes, as the SDK's transport expects; forwarding, it joins them to this machine's
+engine (what dial-stdio does on the host); silent, it reads what the console asks and never
+answers (an engine behind ssh that stopped). Everything between the console and that process is
+the SDK's and the console's own code."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+from jobs.models import DockerHost
+from jobs.runtime import engine, engine_exec
+from tests.conftest import BUSYBOX, TEST_LABEL
+
+FAKE_SSH = """#!{python}
+import os, socket, sys, threading
+with open(os.environ["CONSOLE_TEST_SSH_LOG"], "a") as log:
+    log.write(" ".join(sys.argv[1:]) + "\\n")
+if os.environ.get("CONSOLE_TEST_SSH_MODE") == "silent":
+    while os.read(0, 65536):  # what the console asks, never answered
+        pass
+    sys.exit(0)
+engine = socket.socket(socket.AF_UNIX)
+engine.connect(os.environ["CONSOLE_TEST_SSH_ENGINE"])
+def up():
+    while data := os.read(0, 65536):
+        engine.sendall(data)
+    engine.shutdown(socket.SHUT_WR)
+threading.Thread(target=up, daemon=True).start()
+while data := engine.recv(65536):
+    os.write(1, data)
+"""
+
+
+@pytest.fixture
+def ssh_host(tmp_path, monkeypatch):
+    """A DockerHost whose base_url is ssh://, reached through the stand-in `ssh` (mode given by
+    the test), and forgotten at the end (its ssh processes ended)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "ssh"
+    fake.write_text(FAKE_SSH.format(python=sys.executable))
+    fake.chmod(0o755)
+    log = tmp_path / "ssh.log"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("CONSOLE_TEST_SSH_LOG", str(log))
+    local = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    monkeypatch.setenv("CONSOLE_TEST_SSH_ENGINE", local.removeprefix("unix://"))
+    host = DockerHost(name="over-ssh", base_url=f"ssh://deploy@gpu-{uuid.uuid4().hex[:8]}")
+    host.ssh_log = log
+    yield host
+    engine.forget_client(host)
+
+
+def call_bounded(func, deadline_s: float = 60):
+    """func() on a thread of its own, waited for at most deadline_s: (returned, raised)."""
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["returned"] = func()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            outcome["raised"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(deadline_s)
+    assert not thread.is_alive(), f"still waiting after {deadline_s} s: the call has no timeout"
+    return outcome.get("returned"), outcome.get("raised")
+
+
+def test_an_ssh_engine_is_asked_through_the_ssh_clients_pipe(ssh_host, docker_client):
+    made = docker_client.containers.run(
+        BUSYBOX,
+        ["sleep", "300"],
+        detach=True,
+        labels=dict([TEST_LABEL]),
+        mounts=[engine.bind_mount(engine.TOOLS_MOUNT, str(engine.runtime_tools_dir()), read_only=True)],
+    )
+    try:
+        container = engine.container(ssh_host, made.id)
+        assert container.id == made.id
+        # An exec streams its output back over the same pipe, the console's bounded read on it.
+        result = engine_exec.exec_bounded(container, ["sh", "-c", "echo out; echo err >&2"], timeout_s=10)
+        assert (result.exit_code, result.stdout, result.stderr) == (0, b"out\n", b"err\n")
+        result = engine_exec.exec_bounded(container, ["sh", "-c", "sleep 1; echo late"], timeout_s=10)
+        assert (result.exit_code, result.stdout) == (0, b"late\n")
+        # A followed log (a follower's: no read timeout), closed from another thread while its
+        # read waits for lines that do not come.
+        container.exec_run(["sh", "-c", "echo one > /proc/1/fd/1; echo two > /proc/1/fd/1"])
+        stream = engine.log_stream(engine.container(ssh_host, made.id, timeout=None))
+        batches = stream.batches()
+        lines = []
+        while len(lines) < 2:
+            lines += [frame.split(b" ", 1)[1] for frame in next(batches)]
+        assert lines == [b"one\n", b"two\n"]
+        threading.Timer(1, stream.close).start()
+        returned, raised = call_bounded(lambda: list(batches))
+        assert raised is None or isinstance(raised, engine.Unreachable), raised
+    finally:
+        made.remove(force=True)
+    asked = ssh_host.ssh_log.read_text().splitlines()
+    assert asked and all(
+        line.endswith(f"-- {ssh_host.base_url[6:].split('@')[1]} docker system dial-stdio") for line in asked
+    )
+    assert all(line.startswith("-l deploy") for line in asked)
+
+
+def test_an_ssh_engine_that_stops_answering_times_out_instead_of_holding_the_caller(ssh_host, monkeypatch):
+    monkeypatch.setenv("CONSOLE_TEST_SSH_MODE", "silent")
+    started = time.monotonic()
+    returned, raised = call_bounded(lambda: engine.container(ssh_host, "anything", timeout=2))
+    assert returned is None
+    assert isinstance(raised, engine.NoAnswerInTime), raised
+    assert time.monotonic() - started < 30  # its 2-s timeout, not for ever (a deadline, not a timing)
