@@ -122,3 +122,68 @@ def test_an_ssh_engine_that_stops_answering_times_out_instead_of_holding_the_cal
     assert returned is None
     assert isinstance(raised, engine.NoAnswerInTime), raised
     assert time.monotonic() - started < 30  # its 2-s timeout, not for ever (a deadline, not a timing)
+
+
+@pytest.fixture
+def ssh_socket(ssh_host, monkeypatch):
+    """The console's socket over a stand-in `ssh` that reads and never answers, connected."""
+    monkeypatch.setenv("CONSOLE_TEST_SSH_MODE", "silent")
+    sock = engine._SSHSocketWithTimeouts(ssh_host.base_url.removeprefix("ssh://"))
+    sock.settimeout(5)
+    sock.connect()
+    yield sock
+    sock.close()
+
+
+def test_a_read_after_close_gives_the_end_not_what_its_descriptor_number_was_given_to_since(ssh_socket):
+    number = ssh_socket._reader.raw.fileno()
+    ssh_socket.close()
+    # The freed number taken by another connection's pipe, with an answer waiting in it.
+    other_read, other_write = os.pipe()
+    try:
+        if other_read != number:
+            os.dup2(other_read, number)
+        os.write(other_write, b"another connection's answer")
+        assert ssh_socket.recv(100) == b""
+    finally:
+        for fd in {other_read, other_write, number}:
+            os.close(fd)
+
+
+def test_a_closed_connection_refuses_writes_as_a_socket_does(ssh_socket):
+    ssh_socket.sendall(b"GET /_ping HTTP/1.1\r\n")  # open: the process reads it
+    ssh_socket.close()
+    with pytest.raises(BrokenPipeError):  # an OSError: the engine edge's Unreachable
+        ssh_socket.sendall(b"GET /_ping HTTP/1.1\r\n")
+
+
+def test_the_pipe_is_waited_on_at_any_descriptor_number():
+    """A worker following hundreds of instances holds more than 1024 descriptors: select() cannot
+    wait on one numbered past that, poll can."""
+    resource = pytest.importorskip("resource")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    high = 1500
+    if hard != resource.RLIM_INFINITY and hard <= high:
+        pytest.skip(f"this process may not hold descriptor {high} (hard limit {hard})")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, high + 1), hard))
+    read_end, write_end = os.pipe()
+    try:
+        os.dup2(read_end, high)
+        os.close(read_end)
+        pipe = open(high, "rb", buffering=0)  # noqa: SIM115 - the reader closes it
+
+        class OneSecond:
+            def gettimeout(self):
+                return 1.0
+
+        raw = engine._PipeRead(pipe, OneSecond())
+        os.write(write_end, b"answer")
+        buffer = bytearray(16)
+        assert raw.readinto(buffer) == 6 and bytes(buffer[:6]) == b"answer"
+        with pytest.raises(TimeoutError):  # nothing more within the socket's timeout
+            raw.readinto(buffer)
+        raw.end()
+        assert pipe.closed and raw.readinto(buffer) == 0
+    finally:
+        os.close(write_end)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

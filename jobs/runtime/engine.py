@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import io
 import logging
+import math
 import os
 import select
 import socket
@@ -191,11 +192,16 @@ class _PipeRead(io.RawIOBase):
     """The ssh client's stdout read as a socket with a timeout is: a read that waits longer than
     the socket's timeout raises TimeoutError. The SDK reads the pipe with no timeout at all, so a
     call to an ssh:// engine that stopped answering held its caller for ever (a control task's
-    thread, a stop) where a unix or tcp:// engine's call times out."""
+    thread, a stop) where a unix or tcp:// engine's call times out.
+
+    The pipe is closed here (`end`), never under a read: a read after it gives the end (b""), not
+    whatever the descriptor's number has since been given to (another connection's pipe)."""
 
     def __init__(self, pipe, sock: _SSHSocketWithTimeouts):
         # `_sock`: where the SDK's CancellableStream looks for the socket to shut down.
-        self._fd, self._sock = pipe.fileno(), sock
+        self._pipe, self._fd, self._sock = pipe, pipe.fileno(), sock
+        self._lock = threading.Lock()  # held by a read, and by the close of the pipe
+        self._ended = False
 
     def readable(self) -> bool:
         return True
@@ -204,20 +210,42 @@ class _PipeRead(io.RawIOBase):
         return self._fd
 
     def readinto(self, buffer) -> int:
-        timeout = self._sock.gettimeout()
-        if timeout is not None and not select.select([self._fd], [], [], timeout)[0]:
-            raise TimeoutError("timed out")
-        data = os.read(self._fd, len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
+        with self._lock:
+            if self._ended:
+                return 0
+            timeout = self._sock.gettimeout()
+            # poll, not select: select cannot wait on a descriptor numbered 1024 or more (a worker
+            # following hundreds of instances has that many open).
+            waiting = select.poll()
+            waiting.register(self._fd, select.POLLIN)
+            if not waiting.poll(None if timeout is None else math.ceil(timeout * 1000)):
+                raise TimeoutError("timed out")
+            data = os.read(self._fd, len(buffer))
+            buffer[: len(data)] = data
+            if self._ended and not self._pipe.closed:  # `end` gave up waiting for this read
+                self._pipe.close()
+            return len(data)
+
+    def end(self) -> None:
+        """Close the pipe once no read is under way: the ssh process has been told to end, so a
+        read waiting on it returns. One that does not within 5 s closes the pipe itself."""
+        self._ended = True
+        if self._lock.acquire(timeout=5):
+            try:
+                self._pipe.close()
+            except OSError:
+                pass
+            finally:
+                self._lock.release()
 
 
 class _SSHSocketWithTimeouts(docker.transport.sshconn.SSHSocket):
     """The SDK's socket over `ssh HOST docker system dial-stdio`, with what a socket has: urllib3
     sets the call's read timeout before each answer (None: a follower's stream) and the reads wait
     no longer; recv gives what has come (one read of the pipe), not `n` bytes or the end (the
-    SDK's waited for either); closing after the ssh process ended is no error (the SDK's wrote to
-    its closed stdin: a broken pipe out of every exec's end)."""
+    SDK's waited for either); a write after the end is a broken pipe (an OSError, as a socket's,
+    where the SDK's raised a bare Exception); closing after the ssh process ended is no error (the
+    SDK's wrote to its closed stdin: a broken pipe out of every exec's end)."""
 
     def __init__(self, host):
         super().__init__(host)
@@ -239,6 +267,14 @@ class _SSHSocketWithTimeouts(docker.transport.sshconn.SSHSocket):
             return super().recv(n)  # the SDK's error: not connected
         return self._reader.read1(n)
 
+    def _write(self, data) -> int:
+        if not self.proc or self.proc.stdin.closed:
+            raise BrokenPipeError("the connection to the engine over ssh is closed")
+        try:
+            return super()._write(data)
+        except ValueError as exc:  # closed by another thread between the check and the write
+            raise BrokenPipeError("the connection to the engine over ssh is closed") from exc
+
     def makefile(self, mode):
         if not self.proc:
             self.connect()
@@ -253,24 +289,24 @@ class _SSHSocketWithTimeouts(docker.transport.sshconn.SSHSocket):
             self.proc.terminate()
 
     def close(self) -> None:
-        try:
-            super().close()
-        except OSError:  # the ssh process has ended (the engine closed its end): nothing to say
+        """The ssh process ended (the SDK's close first wrote to its stdin, which can wait for
+        ever on a process that stopped reading, and raised once it had ended), its pipes closed."""
+        if self.proc is not None:
             self.proc.terminate()
             try:
                 self.proc.stdin.close()  # its unwritten bytes dropped (closing flushes, and fails)
             except OSError:
                 pass
-        if self.proc is not None:
             try:
                 self.proc.wait(5)  # no zombie per connection
-            except subprocess.TimeoutExpired:  # a process that will not end is left to the OS
-                pass
-            for pipe in (self.proc.stdin, self.proc.stdout):  # two descriptors per connection
+            except subprocess.TimeoutExpired:  # one that ignores being asked
+                self.proc.kill()
                 try:
-                    pipe.close()
-                except OSError:
+                    self.proc.wait(1)
+                except subprocess.TimeoutExpired:
                     pass
+            if self._reader is not None:
+                self._reader.raw.end()  # two descriptors per connection: stdin above, stdout here
         socket.socket.close(self)  # the socket object's own descriptor
 
 
