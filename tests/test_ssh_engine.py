@@ -19,6 +19,7 @@ import pytest
 
 from jobs.models import DockerHost
 from jobs.runtime import engine, engine_exec
+from jobs.runtime.pipe_read import PipeReader
 from tests.conftest import BUSYBOX, TEST_LABEL
 
 FAKE_SSH = """#!{python}
@@ -176,7 +177,7 @@ def test_the_pipe_is_waited_on_at_any_descriptor_number():
             def gettimeout(self):
                 return 1.0
 
-        raw = engine._PipeRead(pipe, OneSecond())
+        raw = PipeReader(pipe, OneSecond())
         os.write(write_end, b"answer")
         buffer = bytearray(16)
         assert raw.readinto(buffer) == 6 and bytes(buffer[:6]) == b"answer"

@@ -1,0 +1,67 @@
+"""A pipe read as a socket is: each read waits no longer than the socket's timeout. The engine's
+ssh:// transport reads the `ssh` client's stdout with it (jobs/runtime/engine.py,
+docs/decisions.md "An ssh:// engine that works, and times out")."""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import select
+import threading
+from typing import Protocol
+
+
+class TimedSocket(Protocol):
+    def gettimeout(self) -> float | None: ...
+
+
+class PipeReader(io.RawIOBase):
+    """The ssh client's stdout read as a socket with a timeout is: a read that waits longer than
+    the socket's timeout raises TimeoutError. The SDK reads the pipe with no timeout at all, so a
+    call to an ssh:// engine that stopped answering held its caller for ever (a control task's
+    thread, a stop) where a unix or tcp:// engine's call times out.
+
+    The pipe is closed here (`end`), never under a read: a read after it gives the end (b""), not
+    whatever the descriptor's number has since been given to (another connection's pipe)."""
+
+    def __init__(self, pipe, sock: TimedSocket):
+        # `_sock`: where the SDK's CancellableStream looks for the socket to shut down.
+        self._pipe, self._fd, self._sock = pipe, pipe.fileno(), sock
+        self._lock = threading.Lock()  # held by a read, and by the close of the pipe
+        self._ended = False
+
+    def readable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def readinto(self, buffer) -> int:
+        with self._lock:
+            if self._ended:
+                return 0
+            timeout = self._sock.gettimeout()
+            # poll, not select: select cannot wait on a descriptor numbered 1024 or more (a worker
+            # following hundreds of instances has that many open).
+            waiting = select.poll()
+            waiting.register(self._fd, select.POLLIN)
+            if not waiting.poll(None if timeout is None else math.ceil(timeout * 1000)):
+                raise TimeoutError("timed out")
+            data = os.read(self._fd, len(buffer))
+            buffer[: len(data)] = data
+            if self._ended and not self._pipe.closed:  # `end` gave up waiting for this read
+                self._pipe.close()
+            return len(data)
+
+    def end(self) -> None:
+        """Close the pipe once no read is under way: the ssh process has been told to end, so a
+        read waiting on it returns. One that does not within 5 s closes the pipe itself."""
+        self._ended = True
+        if self._lock.acquire(timeout=5):
+            try:
+                self._pipe.close()
+            except OSError:
+                pass
+            finally:
+                self._lock.release()
