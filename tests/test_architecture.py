@@ -85,3 +85,11 @@ def test_the_migrations_make_the_models():
         call_command("makemigrations", "--check", "--dry-run", stdout=out, stderr=out)
     except SystemExit:
         pytest.fail(f"the models have changes no migration makes:\n{out.getvalue()}")
+
+
+def test_no_application_module_is_over_500_lines():
+    """Modules are split by verb before they grow past 500 lines (the guide's limit): a long
+    module is where two jobs start to share one file."""
+    for path in application_modules():
+        lines = len(path.read_text().splitlines())
+        assert lines <= 500, f"{path.relative_to(ROOT)} has {lines} lines"
