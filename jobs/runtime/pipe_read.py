@@ -44,15 +44,17 @@ class PipeReader(io.RawIOBase):
             timeout = self._sock.gettimeout()
             # poll, not select: select cannot wait on a descriptor numbered 1024 or more (a worker
             # following hundreds of instances has that many open).
-            waiting = select.poll()
-            waiting.register(self._fd, select.POLLIN)
-            if not waiting.poll(None if timeout is None else math.ceil(timeout * 1000)):
-                raise TimeoutError("timed out")
-            data = os.read(self._fd, len(buffer))
-            buffer[: len(data)] = data
-            if self._ended and not self._pipe.closed:  # `end` gave up waiting for this read
-                self._pipe.close()
-            return len(data)
+            try:
+                waiting = select.poll()
+                waiting.register(self._fd, select.POLLIN)
+                if not waiting.poll(None if timeout is None else math.ceil(timeout * 1000)):
+                    raise TimeoutError("timed out")
+                data = os.read(self._fd, len(buffer))
+                buffer[: len(data)] = data
+                return len(data)
+            finally:
+                if self._ended and not self._pipe.closed:  # `end` gave up waiting for this read
+                    self._pipe.close()
 
     def end(self) -> None:
         """Close the pipe once no read is under way: the ssh process has been told to end, so a
