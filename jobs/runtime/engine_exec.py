@@ -102,7 +102,17 @@ def exec_bounded(
     deadline = time.monotonic() + seconds + 2
     api = container.client.api
     wrapped = [BUSYBOX, "timeout", "-s", "KILL", str(seconds), *cmd]
-    exec_id = api.exec_create(container.id, wrapped, user=user)["Id"]
+    # Every request of it bounded by its own timeout, never its client's: a follower's client has
+    # none (its log may be silent for hours), and the hang watch's GPU reading and the stacks of a
+    # hang run through a follower's handle; an engine that took the create and never answered held
+    # that thread for good.
+    call_s = seconds + 2
+    created = api._post_json(
+        api._url("/containers/{0}/exec", container.id),
+        data={"AttachStdout": True, "AttachStderr": True, "Tty": False, "User": user, "Cmd": wrapped},
+        timeout=call_s,
+    )
+    exec_id = api._result(created, json=True)["Id"]
     out, err = bytearray(), bytearray()
     truncated = timed_out = False
     # exec_start without its client's timeout (a follower's client has none): this request's
@@ -112,7 +122,7 @@ def exec_bounded(
         headers={"Connection": "Upgrade", "Upgrade": "tcp"},
         data={"Tty": False, "Detach": False},
         stream=True,
-        timeout=seconds + 2,
+        timeout=call_s,
     )
     raw = api._get_raw_response_socket(response)
     try:
@@ -135,7 +145,7 @@ def exec_bounded(
     finally:
         _shut(getattr(raw, "_sock", raw))
         response.close()
-    code = api.exec_inspect(exec_id).get("ExitCode")
+    code = api._result(api._get(api._url("/exec/{0}/json", exec_id), timeout=call_s), json=True).get("ExitCode")
     if code == 137 and not truncated:
         timed_out = True  # killed by `timeout -s KILL` (or by the OOM killer: either way, no answer)
     return ExecResult(code, bytes(out), bytes(err), truncated, timed_out)

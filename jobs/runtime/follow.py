@@ -59,7 +59,7 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
                     container = engine.container(task_run.host, ref, timeout=None)
                 if sampler is None:
                     recorder = _resource_recorder(task_run, container)
-                    sampler = Sampler(watch, container, recorder, engine=task_run.host.base_url)
+                    sampler = Sampler(watch, container, recorder, engine=task_run.host.base_url, host=task_run.host)
                     sampler.start()
                 follower.follow(task_run, container, on_tick)
                 if follower.lost_ownership:

@@ -24,7 +24,7 @@ from typing import Protocol
 
 from faulttolerance.hang import SAMPLE_EVERY_S, HangJudge
 
-from .engine import MA_USER
+from .engine import MA_USER, on_this_thread
 from .engine_exec import exec_bounded
 from .engine_stats import NO_USAGE, Usage
 from .engine_stats import usage as container_usage
@@ -32,6 +32,7 @@ from .engine_stats import usage as container_usage
 log = logging.getLogger(__name__)
 
 SAMPLE_TIMEOUT_S = 5
+SAMPLE_CLIENT_TIMEOUT_S = 10  # a sampling thread's client: any call it makes beyond its own bound
 # The threads that turn every followed container's Sampler (SamplingPool), and the most turns
 # of one engine under way at once; the pool grows past SAMPLER_THREADS (to SAMPLER_THREADS_MAX)
 # only while engines that do not answer hold threads.
@@ -141,9 +142,13 @@ class Sampler:
         sink: SampleSink | None = None,
         pool: SamplingPool | None = None,
         engine: str = "",
+        host=None,
     ):
         self.watch, self.container, self.sink = watch, container, sink
         self.engine = engine  # whose turns are counted together (the host's base URL)
+        # The container's host: each turn asks through the turning thread's own client of it
+        # (bounded), not the follower's that looked the container up (its thread's, without end).
+        self.host = host
         self.stopped = threading.Event()
         self.pool = pool if pool is not None else SAMPLING
         self.started = False
@@ -157,7 +162,10 @@ class Sampler:
     def turn(self) -> None:
         chart = self.sink is not None and self.sink.due()
         if chart or self.watch.needs_sample():
-            sample = self.watch.sample(self.container)
+            container = self.container
+            if self.host is not None:
+                container = on_this_thread(container, self.host, timeout=SAMPLE_CLIENT_TIMEOUT_S)
+            sample = self.watch.sample(container)
             if chart:
                 try:
                     self.sink.record(sample)
