@@ -423,10 +423,11 @@ class LogStream:
 
 
 @_at_edge
-def log_stream(container, *, since: float = 0) -> LogStream:
-    """Follow the container's log from `since` (epoch seconds; 0: from its first line)."""
+def log_stream(container, *, since: float = 0, follow: bool = True) -> LogStream:
+    """Follow the container's log from `since` (epoch seconds; 0: from its first line); follow=False:
+    what it holds now (an ended container's rest), the stream ends there."""
     api = container.client.api
-    params = {"stdout": 1, "stderr": 1, "timestamps": 1, "follow": 1, "tail": "all"}
+    params = {"stdout": 1, "stderr": 1, "timestamps": 1, "follow": int(follow), "tail": "all"}
     if since > 0:
         params["since"] = since
     response = api._get(api._url("/containers/{0}/logs", container.id), params=params, stream=True)

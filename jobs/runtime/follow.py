@@ -61,7 +61,7 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
                     recorder = _resource_recorder(task_run, container)
                     sampler = Sampler(watch, container, recorder, engine=task_run.host.base_url, host=task_run.host)
                     sampler.start()
-                follower.follow(task_run, container, on_tick)
+                follower.follow(task_run, container, on_tick, ended=drained)
                 if follower.lost_ownership:
                     return False
                 if not drained:  # an ended container's state is final: read once
@@ -95,9 +95,9 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
                 continue  # the stream ended early; the container is still alive
             if not drained:
                 # Docker's follow stream can end before the entry written at the container's
-                # exit (output without a final newline): read once more from the last line taken.
+                # exit (output without a final newline): read once more from the last line taken
+                # (follow() takes where the log stands from the database).
                 drained = True
-                task_run.refresh_from_db()
                 continue
             _mark_exited(task_run, container)
             break

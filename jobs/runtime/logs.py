@@ -126,6 +126,24 @@ def tail_lines(task_run: TaskRun, count: int) -> list[LogLine]:
     return read_tail(log_path(task_run), task_run.log_bytes, task_run.log_lines, count, TAIL_MAX_BYTES).records
 
 
+class _ReadInPlace:
+    """An ended container's rest of the log, read by the follower's own thread as the queue of a
+    _Reader would give it: no thread and no hand-over between two on the path from a container's
+    end to its attempt's decision. What is left is there already (or the engine broke: the end)."""
+
+    def __init__(self, stream):
+        self._batches = stream.batches()
+
+    def get(self, timeout: float | None = None) -> list[bytes] | None:
+        try:
+            return next(self._batches, None)
+        except Exception as exc:
+            log.info("log stream ended with %r", exc)
+            return None
+
+    get_nowait = get
+
+
 class _Reader(threading.Thread):
     """Moves frames from Docker's log stream into a queue, in lists of the frames that arrived
     together (one hand-over between the threads per read, not per line); None marks the end."""
@@ -179,7 +197,7 @@ class Follower:
         self.token = uuid.uuid4()
         self.lost_ownership = False
         self._stream = None
-        self._frames: queue.Queue | None = None
+        self._frames: queue.Queue | _ReadInPlace | None = None
         # Frames taken from the reader and not yet persisted: the rest of its last list, and
         # those read past a process-exit marker (put back in front).
         self._pushback: deque = deque()
@@ -265,7 +283,8 @@ class Follower:
         self._pushback.clear()
 
     # -- following ----------------------------------------------------------
-    def follow(self, task_run: TaskRun, container, on_tick=None) -> None:
+    def follow(self, task_run: TaskRun, container, on_tick=None, *, ended: bool = False) -> None:
+        """ended: the engine said the container ended; read what its log holds, then return."""
         path = log_path(task_run)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o640)
@@ -292,18 +311,21 @@ class Follower:
                 setattr(task_run, field, value)
             os.ftruncate(fd, task_run.log_bytes)
             os.lseek(fd, task_run.log_bytes, os.SEEK_SET)
-            self._pump(task_run, container, fd, on_tick)
+            self._pump(task_run, container, fd, on_tick, ended)
         finally:
             os.close(fd)
 
-    def _open_stream(self, task_run: TaskRun, container) -> None:
+    def _open_stream(self, task_run: TaskRun, container, ended: bool) -> None:
         if task_run.log_last_ts_ns:
             since = task_run.log_last_ts_ns / 1e9 - 0.001
         elif task_run.reuses_container and task_run.started_at:
             since = task_run.started_at.timestamp() - 0.001
         else:
             since = 0
-        self._stream = engine.log_stream(container, since=since)
+        self._stream = engine.log_stream(container, since=since, follow=not ended)
+        if ended:
+            self._frames = _ReadInPlace(self._stream)
+            return
         self._frames = queue.Queue()
         _Reader(self._stream, self._frames).start()
 
@@ -314,12 +336,12 @@ class Follower:
         else:
             self._pushback.extend(item)
 
-    def _pump(self, task_run: TaskRun, container, fd: int, on_tick) -> None:
+    def _pump(self, task_run: TaskRun, container, fd: int, on_tick, ended_container: bool) -> None:
         # A stream opened here starts before where the run stands; one that goes on (after
         # the launcher's exit marker) continues exactly after the last line taken.
         resumed = self._frames is None
         if resumed:
-            self._open_stream(task_run, container)
+            self._open_stream(task_run, container, ended_container)
         state = {
             "lines": task_run.log_lines,
             "bytes": task_run.log_bytes,
@@ -396,7 +418,10 @@ class Follower:
                     ended = False
                     break
             now = time.monotonic()
-            if new_lines or now - last_beat >= HEARTBEAT_EVERY_S or process_exit is not None or ended:
+            # Not for the end alone: the caller asks the engine next and reads the rest of the log
+            # (which checks it still holds the run); a heartbeat there was one more wait for the
+            # acknowledgement writer between a container's end and its attempt's decision.
+            if new_lines or now - last_beat >= HEARTBEAT_EVERY_S or process_exit is not None:
                 if chunks:
                     data = b"".join(chunks)
                     os.write(fd, data)
