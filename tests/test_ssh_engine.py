@@ -19,7 +19,7 @@ import pytest
 
 from jobs.models import DockerHost
 from jobs.runtime import engine, engine_exec
-from jobs.runtime.pipe_read import PipeReader
+from jobs.runtime.timed_pipes import PipeReader
 from tests.conftest import BUSYBOX, TEST_LABEL
 
 FAKE_SSH = """#!{python}
@@ -30,6 +30,8 @@ if os.environ.get("CONSOLE_TEST_SSH_MODE") == "silent":
     while os.read(0, 65536):  # what the console asks, never answered
         pass
     sys.exit(0)
+if os.environ.get("CONSOLE_TEST_SSH_MODE") == "deaf":
+    threading.Event().wait()  # takes nothing the console writes: the pipe fills up
 engine = socket.socket(socket.AF_UNIX)
 engine.connect(os.environ["CONSOLE_TEST_SSH_ENGINE"])
 def up():
@@ -156,6 +158,29 @@ def test_a_closed_connection_refuses_writes_as_a_socket_does(ssh_socket):
     ssh_socket.close()
     with pytest.raises(BrokenPipeError):  # an OSError: the engine edge's Unreachable
         ssh_socket.sendall(b"GET /_ping HTTP/1.1\r\n")
+
+
+def test_an_ssh_that_stops_reading_times_out_a_write_instead_of_holding_the_caller(ssh_host, monkeypatch):
+    """More bytes than the pipe holds (a relay's, a terminal's paste) to an ssh that takes nothing:
+    the SDK's blocking write waited for ever; it waits no longer than the call's timeout."""
+    monkeypatch.setenv("CONSOLE_TEST_SSH_MODE", "deaf")
+    sock = engine._SSHSocketWithTimeouts(ssh_host.base_url.removeprefix("ssh://"))
+    sock.settimeout(1)
+    sock.connect()
+    try:
+
+        def send() -> None:
+            with engine._edge():
+                sock.sendall(b"\0" * (4 * 1024 * 1024))
+
+        started = time.monotonic()
+        _, raised = call_bounded(send, deadline_s=30)
+        assert isinstance(raised, engine.NoAnswerInTime), raised
+        assert time.monotonic() - started < 20  # its 1-s timeout, not for ever (a deadline, not a timing)
+    finally:
+        call_bounded(sock.close, deadline_s=30)  # the process ended, the pipes closed
+    with pytest.raises(BrokenPipeError):
+        sock.sendall(b"GET /_ping HTTP/1.1\r\n")
 
 
 def test_the_pipe_is_waited_on_at_any_descriptor_number():

@@ -30,7 +30,7 @@ import urllib3
 
 from .dbpool import release_connection_if_pooled
 from .logframes import frames_in_blocks
-from .pipe_read import PipeReader
+from .timed_pipes import PipeReader, PipeWriter
 
 log = logging.getLogger(__name__)
 
@@ -188,16 +188,18 @@ def _transport(host) -> dict:
 
 class _SSHSocketWithTimeouts(docker.transport.sshconn.SSHSocket):
     """The SDK's socket over `ssh HOST docker system dial-stdio`, with what a socket has: urllib3
-    sets the call's read timeout before each answer (None: a follower's stream) and the reads wait
-    no longer; recv gives what has come (one read of the pipe), not `n` bytes or the end (the
-    SDK's waited for either); a write after the end is a broken pipe (an OSError, as a socket's,
-    where the SDK's raised a bare Exception); closing after the ssh process ended is no error (the
-    SDK's wrote to its closed stdin: a broken pipe out of every exec's end)."""
+    sets the call's timeout before each request and answer (None: a follower's stream) and the
+    reads, and the writes waiting for room in the pipe, wait no longer; recv gives what has come
+    (one read of the pipe), not `n` bytes or the end (the SDK's waited for either); a write after
+    the end is a broken pipe (an OSError, as a socket's, where the SDK's raised a bare Exception);
+    closing after the ssh process ended is no error (the SDK's wrote to its closed stdin: a broken
+    pipe out of every exec's end)."""
 
     def __init__(self, host):
         super().__init__(host)
         self._timeout: float | None = None
         self._reader: io.BufferedReader | None = None
+        self._writer: PipeWriter | None = None
 
     def settimeout(self, value) -> None:
         self._timeout = float(value) if isinstance(value, int | float) else None
@@ -208,6 +210,7 @@ class _SSHSocketWithTimeouts(docker.transport.sshconn.SSHSocket):
     def connect(self, **kwargs) -> None:
         super().connect(**kwargs)
         self._reader = io.BufferedReader(PipeReader(self.proc.stdout, self))
+        self._writer = PipeWriter(self.proc.stdin, self)
 
     def recv(self, n: int) -> bytes:
         if self._reader is None:
@@ -215,12 +218,9 @@ class _SSHSocketWithTimeouts(docker.transport.sshconn.SSHSocket):
         return self._reader.read1(n)
 
     def _write(self, data) -> int:
-        if not self.proc or self.proc.stdin.closed:
+        if self._writer is None:
             raise BrokenPipeError("the connection to the engine over ssh is closed")
-        try:
-            return super()._write(data)
-        except ValueError as exc:  # closed by another thread between the check and the write
-            raise BrokenPipeError("the connection to the engine over ssh is closed") from exc
+        return self._writer.write(data)
 
     def makefile(self, mode):
         if not self.proc:
@@ -239,11 +239,9 @@ class _SSHSocketWithTimeouts(docker.transport.sshconn.SSHSocket):
         """The ssh process ended (the SDK's close first wrote to its stdin, which can wait for
         ever on a process that stopped reading, and raised once it had ended), its pipes closed."""
         if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.stdin.close()  # its unwritten bytes dropped (closing flushes, and fails)
-            except OSError:
-                pass
+            self.proc.terminate()  # first: a write waiting for room ends, and the pipe can close
+            if self._writer is not None:
+                self._writer.end()
             try:
                 self.proc.wait(5)  # no zombie per connection
             except subprocess.TimeoutExpired:  # one that ignores being asked
