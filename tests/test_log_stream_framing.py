@@ -68,7 +68,15 @@ def test_a_body_that_is_not_chunked():
     assert frames_of([whole[:3], whole[3:50], whole[50:]], chunked_body=False) == FRAMES
 
 
-def test_a_stream_cut_mid_frame_ends_with_the_frames_before_the_cut():
-    body = chunked([multiplexed(FRAMES)])
-    got = frames_of([body[: len(body) // 2]])
+def test_a_chunked_stream_cut_before_its_last_chunk_gives_the_frames_before_the_cut_then_raises():
+    """The engine went away mid-answer: not the log's end (an ended container's rest of the log,
+    read once, would have been taken as whole with its last lines missing)."""
+    body = chunked([multiplexed([f]) for f in FRAMES])
+    got: list[bytes] = []
+    with pytest.raises(ConnectionError):
+        for block in frames_in_blocks(response([body[: len(body) // 2]])):
+            got.extend(block)
     assert 0 < len(got) < len(FRAMES) and got == FRAMES[: len(got)]
+    with pytest.raises(ConnectionError):  # every frame came, the last (empty) chunk did not
+        frames_of([body[: -len(b"0\r\n\r\n")]])
+    assert frames_of([body]) == FRAMES

@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 
+import docker
 import pytest
 from django.conf import settings
 
@@ -103,3 +104,29 @@ def test_a_sampler_turn_on_another_thread_has_its_own_bounded_client(docker_clie
         assert watch.last_cpu_ns, "no CPU reading through the turning thread's client"
     finally:
         made.remove(force=True)
+
+
+def test_a_turn_whose_engine_cannot_be_asked_its_version_records_no_usage(tmp_path):
+    """The turning thread's first client of an engine asks its API version: an engine gone (or
+    silent) then is a "no sample" like any other failed reading, not a turn that raises (every
+    2 s a traceback, and neither the hang watch nor the chart heard of the miss)."""
+    host = Host(f"unix://{tmp_path / 'nobody-listens.sock'}")
+    assert host.base_url not in engine._api_versions
+    recorded: list[hang.Sample] = []
+
+    class Chart:
+        def due(self) -> bool:
+            return True
+
+        def record(self, sample: hang.Sample) -> None:
+            recorded.append(sample)
+
+    watch = hang.HangWatch(window_s=60, sample_inline=False)
+    # The follower's handle (a client that asks nothing when made: its version given).
+    handle = docker.DockerClient(base_url=host.base_url, version="1.41").containers.prepare_model(
+        {"Id": "a" * 64, "Name": "/elsewhere"}
+    )
+    sampler = hang.Sampler(watch, handle, Chart(), engine=host.base_url, host=host)
+    returned, outcome = returns_within(30, sampler.turn)
+    assert returned and outcome is None, f"the turn raised {outcome!r}"
+    assert [sample.usage for sample in recorded] == [hang.NO_USAGE]

@@ -283,7 +283,8 @@ def container(host, ref: str, *, timeout: int | None = 30):
 def on_this_thread(container, host, *, timeout: int = 30):
     """The same container through this thread's own client of its host (bounded by `timeout`),
     for calls from another thread than the one that looked it up: clients are per thread, and a
-    follower's waits without end. Asks the engine nothing."""
+    follower's waits without end. Asks the engine nothing, except its API version when this
+    process has not talked to it yet (then it may raise the engine's errors, as any call)."""
     return client_for(host, timeout=timeout).containers.prepare_model(dict(container.attrs))
 
 
@@ -407,32 +408,43 @@ class LogStream:
     SDK reads them (two reads through urllib3 per frame): a follower's cost per line was mostly
     the SDK's framing, at 200 followers or in a burst of a million lines."""
 
-    def __init__(self, response, frames: Iterator[list[bytes]]):
+    def __init__(self, response, frames: Iterator[list[bytes]], *, errors_raised: bool = False):
         # The SDK's wrapper: close() from another thread shuts the socket down; a broken stream
         # (the host went away) ends the iteration, and the follower asks the engine why.
+        # errors_raised: a read that fails or breaks off raises instead (the rest of an ended
+        # container's log, which nobody closes from elsewhere: its end is the whole of it).
         self._stream = docker.types.CancellableStream(frames, response)
+        self._frames = frames if errors_raised else self._stream
 
     def batches(self) -> Iterator[list[bytes]]:
         with _edge():
-            yield from self._stream
+            yield from self._frames
 
     def close(self) -> None:
         self._stream.close()
 
 
+LOG_REST_TIMEOUT_S = 30  # follow=False: each wait for the engine (the answer, each read of it)
+
+
 @_at_edge
 def log_stream(container, *, since: float = 0, follow: bool = True) -> LogStream:
     """Follow the container's log from `since` (epoch seconds; 0: from its first line); follow=False:
-    what it holds now (an ended container's rest), the stream ends there."""
+    what it holds now (an ended container's rest), the stream ends there, and a wait for the
+    engine longer than LOG_REST_TIMEOUT_S raises NoAnswerInTime (whatever the handle's client)."""
     api = container.client.api
     params = {"stdout": 1, "stderr": 1, "timestamps": 1, "follow": int(follow), "tail": "all"}
     if since > 0:
         params["since"] = since
-    response = api._get(api._url("/containers/{0}/logs", container.id), params=params, stream=True)
+    bound = {} if follow else {"timeout": LOG_REST_TIMEOUT_S}
+    response = api._get(api._url("/containers/{0}/logs", container.id), params=params, stream=True, **bound)
     api._raise_for_status(response)
-    # As the SDK does for a followed log: no read timeout (a quiet job is not a broken stream).
-    api._disable_socket_timeout(api._get_raw_response_socket(response))
-    return LogStream(response, frames_in_blocks(response))
+    if follow:
+        # As the SDK does for a followed log: no read timeout (a quiet job is not a broken
+        # stream). Not for the rest of an ended container's log: all of it is there already,
+        # and an engine that stops sending it held the follower's thread (no heartbeat) for good.
+        api._disable_socket_timeout(api._get_raw_response_socket(response))
+    return LogStream(response, frames_in_blocks(response), errors_raised=not follow)
 
 
 # -- container spec parts ------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import Protocol
 
 from faulttolerance.hang import SAMPLE_EVERY_S, HangJudge
 
-from .engine import MA_USER, on_this_thread
+from .engine import MA_USER, EngineError, on_this_thread
 from .engine_exec import exec_bounded
 from .engine_stats import NO_USAGE, Usage
 from .engine_stats import usage as container_usage
@@ -126,6 +126,13 @@ class HangWatch(HangJudge):
             gpu = self.gpu_sampler(container)
         except Exception:
             gpu = None
+        return self._observed(usage, gpu)
+
+    def missed(self) -> Sample:
+        """A "no sample" without asking: the container could not even be reached."""
+        return self._observed(NO_USAGE, None)
+
+    def _observed(self, usage: Usage, gpu: float | None) -> Sample:
         self.observe(usage.cpu_ns, gpu)
         return Sample(time.time(), usage, gpu)
 
@@ -162,10 +169,11 @@ class Sampler:
     def turn(self) -> None:
         chart = self.sink is not None and self.sink.due()
         if chart or self.watch.needs_sample():
-            container = self.container
-            if self.host is not None:
-                container = on_this_thread(container, self.host, timeout=SAMPLE_CLIENT_TIMEOUT_S)
-            sample = self.watch.sample(container)
+            try:
+                sample = self.watch.sample(self._container_here())
+            except EngineError as exc:  # the engine's version, asked once, had no answer
+                log.info("no sample of %s: %s", self.engine, exc)
+                sample = self.watch.missed()
             if chart:
                 try:
                     self.sink.record(sample)
@@ -173,6 +181,13 @@ class Sampler:
                     log.exception("recording a resource sample failed")
         else:
             self.watch.last_cpu_ns = None  # the next sample starts a fresh interval
+
+    def _container_here(self):
+        """The container through the turning thread's own client (its first on this engine
+        asks the engine's API version: that may raise)."""
+        if self.host is None:
+            return self.container
+        return on_this_thread(self.container, self.host, timeout=SAMPLE_CLIENT_TIMEOUT_S)
 
     def stop(self) -> None:
         """No more turns after the one under way, if any (it is not waited for, as before)."""

@@ -15,7 +15,9 @@ LOG_READ_BYTES = 256 * 1024
 def body_blocks(response) -> Iterator[bytes]:
     """The response's body as it arrives, in blocks of what one read returned (up to
     LOG_READ_BYTES, never waiting for more). Docker sends a followed log chunked, a chunk per
-    frame: urllib3 decodes one chunk per read, so the chunks are taken apart here."""
+    frame: urllib3 decodes one chunk per read, so the chunks are taken apart here. A chunked
+    body whose connection ends before its last chunk raises ConnectionError after the blocks
+    before the break (the engine went away mid-answer: not the log's end)."""
     http_response = response.raw._fp  # http.client's response: nothing of the body read yet
     if not http_response.chunked:
         while data := response.raw.read1(LOG_READ_BYTES):
@@ -56,6 +58,7 @@ def body_blocks(response) -> Iterator[bytes]:
         del pending[:position]
         if body:
             yield bytes(body)
+    raise ConnectionError("the engine's log stream broke off before its end")
 
 
 def frames_in_blocks(response) -> Iterator[list[bytes]]:

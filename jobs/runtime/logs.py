@@ -129,17 +129,18 @@ def tail_lines(task_run: TaskRun, count: int) -> list[LogLine]:
 class _ReadInPlace:
     """An ended container's rest of the log, read by the follower's own thread as the queue of a
     _Reader would give it: no thread and no hand-over between two on the path from a container's
-    end to its attempt's decision. What is left is there already (or the engine broke: the end)."""
+    end to its attempt's decision. What is left is there already; each wait for it is bounded
+    (engine.LOG_REST_TIMEOUT_S).
+
+    The engine's errors are raised, not taken for the end: the follower asks whether the host is
+    still there and reads the rest again from the last line taken (a run marked exited on a
+    broken read lost the lines after it)."""
 
     def __init__(self, stream):
         self._batches = stream.batches()
 
     def get(self, timeout: float | None = None) -> list[bytes] | None:
-        try:
-            return next(self._batches, None)
-        except Exception as exc:
-            log.info("log stream ended with %r", exc)
-            return None
+        return next(self._batches, None)
 
     get_nowait = get
 

@@ -89,8 +89,8 @@ class PipeWriter:
         os.set_blocking(self._fd, False)  # this end's own: the ssh process reads its end blocking
 
     def write(self, data) -> int:
-        view = memoryview(data).cast("B")
-        with self._lock:
+        # The views released at once: the caller's buffer (a bytearray) may be resized next.
+        with self._lock, memoryview(data) as whole, whole.cast("B") as view:
             if self._ended:
                 raise BrokenPipeError("the pipe to the ssh process is closed")
             timeout = self._sock.gettimeout()
@@ -98,19 +98,24 @@ class PipeWriter:
             waiting = select.poll()
             waiting.register(self._fd, select.POLLOUT)
             written = 0
-            while written < len(view):
-                try:
-                    written += os.write(self._fd, view[written:])  # a reader gone: BrokenPipeError
-                    continue
-                except BlockingIOError:
-                    pass
-                left_ms = None if deadline is None else max(0, math.ceil((deadline - time.monotonic()) * 1000))
-                if not waiting.poll(left_ms):
-                    raise TimeoutError("timed out")
-            return written
+            try:
+                while written < len(view):
+                    try:
+                        written += os.write(self._fd, view[written:])  # a reader gone: BrokenPipeError
+                        continue
+                    except BlockingIOError:
+                        pass
+                    left_ms = None if deadline is None else max(0, math.ceil((deadline - time.monotonic()) * 1000))
+                    if not waiting.poll(left_ms):
+                        raise TimeoutError("timed out")
+                return written
+            finally:
+                if self._ended and not self._pipe.closed:  # `end` gave up waiting for this write
+                    self._pipe.close()
 
     def end(self) -> None:
-        """Close the pipe once no write is under way (within 5 s: one still waiting then keeps it)."""
+        """Close the pipe once no write is under way; one that still waits after 5 s closes it
+        itself when it ends."""
         self._ended = True
         if self._lock.acquire(timeout=5):
             try:
