@@ -15,6 +15,7 @@ import threading
 import time
 
 import pytest
+from django.utils import timezone
 
 from jobs.models import Attempt, TaskRun, TrainingJob
 from jobs.runtime import docker_hosts, engine, logs
@@ -137,6 +138,7 @@ def test_a_followers_drain_read_of_a_silent_engine_raises_the_engines_error(fake
         container_id="e" * 64,
         state=TaskRun.State.EXITED,
         follower_token=follower.token,
+        follower_heartbeat=timezone.now(),  # a live follower's: the suite's worker leaves it alone
     )
     follower.task_run_id = run.id
     returned, outcome = returns_within(20, lambda: follower.follow(run, followers_handle(fake_engine), ended=True))
