@@ -174,3 +174,30 @@ def test_a_turn_that_raises_is_logged_and_the_sampler_turns_on(samplers, caplog)
     failing.start()
     assert wait_for(lambda: failing.turns >= 3)
     assert "sampling a container failed" in caplog.text
+
+
+def test_threads_grown_for_silent_engines_leave_once_idle_and_grow_again(samplers):
+    """Past its `threads`, a thread without a turn for `idle_s` leaves (and with it its engine
+    clients); the pool grows again for the next silent engines."""
+    pool = hang.SamplingPool(threads=1, every_s=0.01, max_threads=4, idle_s=0.1)
+
+    def hold_three() -> tuple[threading.Event, list[CountingSampler]]:
+        engine_answers = threading.Event()
+        silent = [samplers(pool, engine_answers=engine_answers, engine=f"tcp://silent-{n}:2376") for n in range(3)]
+        for sampler in silent:
+            sampler.start()
+        assert wait_for(lambda: sum(s.turns for s in silent) == 3)  # each engine holds a thread
+        return engine_answers, silent
+
+    engine_answers, silent = hold_three()
+    assert pool.turning_threads() == 3
+    time.sleep(0.3)  # idle past idle_s, but every thread is held by a turn: none leaves
+    assert pool.turning_threads() == 3
+    for sampler in silent:
+        sampler.stop()
+    engine_answers.set()
+    assert wait_for(lambda: pool.turning_threads() == 1)  # back to the pool's own
+    engine_answers, again = hold_three()
+    assert pool.turning_threads() == 3
+    engine_answers.set()
+    assert wait_for(lambda: all(s.turns >= 2 for s in again))

@@ -38,6 +38,9 @@ SAMPLE_CLIENT_TIMEOUT_S = 10  # a sampling thread's client: any call it makes be
 # only while engines that do not answer hold threads.
 SAMPLER_THREADS = 8
 SAMPLER_THREADS_MAX = 64
+# A thread started past SAMPLER_THREADS leaves after this long without a turn (with it go its
+# clients of the engines, jobs/runtime/engine.client_for: a client and a connection per thread).
+SAMPLER_IDLE_S = 60.0
 STACKS_TIMEOUT_S = 30
 STACKS_MAX_BYTES = 256 * 1024
 
@@ -172,7 +175,7 @@ class Sampler:
             try:
                 sample = self.watch.sample(self._container_here())
             except EngineError as exc:  # the engine's version, asked once, had no answer
-                log.info("no sample of %s: %s", self.engine, exc)
+                log.debug("no sample of %s: %s", self.engine, exc)  # the follower hears of its engine
                 sample = self.watch.missed()
             if chart:
                 try:
@@ -205,7 +208,9 @@ class SamplingPool:
     So one engine has at most `threads` turns under way (its other due samplers queue behind
     them, in order, and go out as those end), and the pool starts another thread whenever every thread it
     has is taken, up to `max_threads`: a silent engine holds threads of its own, never the turns
-    of the others (with a thread per sampler it held only its own samplers' threads)."""
+    of the others (with a thread per sampler it held only its own samplers' threads). A thread
+    without a turn for `idle_s` leaves while there are more than `threads` and more than the
+    turns under way."""
 
     def __init__(
         self,
@@ -213,8 +218,9 @@ class SamplingPool:
         every_s: float = SAMPLE_EVERY_S,
         tick_s: float = 0.05,
         max_threads: int = SAMPLER_THREADS_MAX,
+        idle_s: float = SAMPLER_IDLE_S,
     ):
-        self.threads, self.every_s, self.tick_s = threads, every_s, tick_s
+        self.threads, self.every_s, self.tick_s, self.idle_s = threads, every_s, tick_s, idle_s
         self.max_threads = max(threads, max_threads)
         self._forget()
 
@@ -288,9 +294,16 @@ class SamplingPool:
             due = ready = sampler = None  # a stopped one's container and chart are not held here
 
     def _turn_forever(self) -> None:
+        counted = True
         try:
             while True:
-                sampler = self._ready.get()
+                try:
+                    sampler = self._ready.get(timeout=self.idle_s)
+                except queue.Empty:
+                    if self._leave_if_spare():
+                        counted = False
+                        return
+                    continue
                 try:
                     sampler.turn()
                 except Exception:  # nothing ends these threads: without samples no hang is judged
@@ -299,8 +312,19 @@ class SamplingPool:
                     self._turned(sampler)
                 sampler = None  # not held while this thread waits for the next
         finally:
-            with self._changed:
-                self._turners -= 1  # the next hand-out starts another
+            if counted:
+                with self._changed:
+                    self._turners -= 1  # the next hand-out starts another
+
+    def _leave_if_spare(self) -> bool:
+        """An idle thread's question: are there more threads than the pool keeps and than the
+        turns under way (handed out, queued or turning: each of those keeps a thread)? Then this
+        one leaves, counted out under the lock, so a hand-out grows again if it needs it."""
+        with self._changed:
+            if self._turners > max(self.threads, sum(self._under_way.values())):
+                self._turners -= 1
+                return True
+            return False
 
     def _turned(self, sampler: Sampler) -> None:
         """Its next turn, and its engine's next sampler that waited behind this turn."""
