@@ -89,7 +89,12 @@ def _edge() -> Iterator[None]:
         raise NotFound(str(exc), 404, str(exc.explanation or exc)) from exc
     except docker.errors.APIError as exc:
         raise EngineError(str(exc), exc.status_code, str(exc.explanation or exc)) from exc
-    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+    except (
+        docker.errors.DockerException,
+        requests.exceptions.RequestException,
+        urllib3.exceptions.HTTPError,  # a streamed body read past requests (a log's rest, cut short)
+        OSError,
+    ) as exc:
         raise (NoAnswerInTime if _timed_out(exc) else Unreachable)(str(exc)) from exc
 
 
@@ -413,6 +418,7 @@ class LogStream:
         # (the host went away) ends the iteration, and the follower asks the engine why.
         # errors_raised: a read that fails or breaks off raises instead (the rest of an ended
         # container's log, which nobody closes from elsewhere: its end is the whole of it).
+        self._response = response
         self._stream = docker.types.CancellableStream(frames, response)
         self._frames = frames if errors_raised else self._stream
 
@@ -421,7 +427,13 @@ class LogStream:
             yield from self._frames
 
     def close(self) -> None:
-        self._stream.close()
+        try:
+            self._stream.close()
+        except OSError:  # the engine reset the connection already (ENOTCONN): let go of it
+            try:
+                self._response.close()
+            except OSError:
+                pass
 
 
 LOG_REST_TIMEOUT_S = 30  # follow=False: each wait for the engine (the answer, each read of it)

@@ -28,6 +28,9 @@ from .stop import containers_kept
 log = logging.getLogger(__name__)
 
 SUCCESSOR_WAIT_S = 10
+# Reads of an ended container's rest of the log that fail (each bounded: engine.LOG_REST_TIMEOUT_S)
+# before the run is marked exited with what was taken: its end is the engine's, known already.
+REST_OF_LOG_TRIES = 3
 
 
 def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
@@ -42,6 +45,8 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
     recorder: resources.ResourceRecorder | None = None
     container = None
     drained = False
+    ended_container = None  # the handle the engine said it ended with (its state is final)
+    rest_failures = 0
 
     def on_tick(current: TaskRun, got_lines: bool) -> None:
         if watch.tick(None, got_lines):
@@ -84,6 +89,12 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
             except HOST_ERRORS as exc:
                 follower.close_stream()
                 engine.forget_client(task_run.host)
+                if drained:
+                    rest_failures += 1
+                    if rest_failures >= REST_OF_LOG_TRIES:
+                        log.warning("the rest of %s's log could not be read: %s", task_run.container_name, exc)
+                        _mark_exited(task_run, ended_container)
+                        break
                 if liveness.still_there(task_run.host):  # answered, or slow but not lost yet
                     task_run.refresh_from_db()
                     container = None  # its client was forgotten: look the container up again
@@ -97,7 +108,7 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
                 # Docker's follow stream can end before the entry written at the container's
                 # exit (output without a final newline): read once more from the last line taken
                 # (follow() takes where the log stands from the database).
-                drained = True
+                drained, ended_container = True, container
                 continue
             _mark_exited(task_run, container)
             break

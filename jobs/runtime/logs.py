@@ -138,11 +138,25 @@ class _ReadInPlace:
 
     def __init__(self, stream):
         self._batches = stream.batches()
+        self._error: engine.EngineError | None = None
 
     def get(self, timeout: float | None = None) -> list[bytes] | None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
         return next(self._batches, None)
 
-    get_nowait = get
+    def get_nowait(self) -> list[bytes] | None:
+        """What else came, up to a batch. An error is kept for the next get(): the frames taken
+        before it are written and acknowledged first (an engine that breaks off at the same
+        place each time still gives a little more each time)."""
+        if self._error is not None:
+            raise queue.Empty
+        try:
+            return next(self._batches, None)
+        except engine.EngineError as exc:
+            self._error = exc
+            raise queue.Empty from None
 
 
 class _Reader(threading.Thread):
@@ -278,10 +292,10 @@ class Follower:
             thread.join()
 
     def close_stream(self) -> None:
-        if self._stream is not None:
-            self._stream.close()
-        self._stream = self._frames = None
+        stream, self._stream, self._frames = self._stream, None, None
         self._pushback.clear()
+        if stream is not None:
+            stream.close()
 
     # -- following ----------------------------------------------------------
     def follow(self, task_run: TaskRun, container, on_tick=None, *, ended: bool = False) -> None:

@@ -111,7 +111,10 @@ class PipeWriter:
                 return written
             finally:
                 if self._ended and not self._pipe.closed:  # `end` gave up waiting for this write
-                    self._pipe.close()
+                    try:
+                        self._pipe.close()
+                    except OSError:
+                        pass
 
     def end(self) -> None:
         """Close the pipe once no write is under way; one that still waits after 5 s closes it
