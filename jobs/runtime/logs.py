@@ -35,6 +35,7 @@ from jobs.models import TaskRun
 
 from . import dbpool, engine
 from .acks import acknowledge
+from .logreaders import Reader, ReadInPlace
 from .logrecords import NEWLINE_SIGN, LogLine, encode_record, iter_records, read_tail
 
 log = logging.getLogger(__name__)
@@ -126,57 +127,6 @@ def tail_lines(task_run: TaskRun, count: int) -> list[LogLine]:
     return read_tail(log_path(task_run), task_run.log_bytes, task_run.log_lines, count, TAIL_MAX_BYTES).records
 
 
-class _ReadInPlace:
-    """An ended container's rest of the log, read by the follower's own thread as the queue of a
-    _Reader would give it: no thread and no hand-over between two on the path from a container's
-    end to its attempt's decision. What is left is there already; each wait for it is bounded
-    (engine.LOG_REST_TIMEOUT_S).
-
-    The engine's errors are raised, not taken for the end: the follower asks whether the host is
-    still there and reads the rest again from the last line taken (a run marked exited on a
-    broken read lost the lines after it)."""
-
-    def __init__(self, stream):
-        self._batches = stream.batches()
-        self._error: engine.EngineError | None = None
-
-    def get(self, timeout: float | None = None) -> list[bytes] | None:
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-        return next(self._batches, None)
-
-    def get_nowait(self) -> list[bytes] | None:
-        """What else came, up to a batch. An error is kept for the next get(): the frames taken
-        before it are written and acknowledged first (an engine that breaks off at the same
-        place each time still gives a little more each time)."""
-        if self._error is not None:
-            raise queue.Empty
-        try:
-            return next(self._batches, None)
-        except engine.EngineError as exc:
-            self._error = exc
-            raise queue.Empty from None
-
-
-class _Reader(threading.Thread):
-    """Moves frames from Docker's log stream into a queue, in lists of the frames that arrived
-    together (one hand-over between the threads per read, not per line); None marks the end."""
-
-    def __init__(self, stream, out: queue.Queue):
-        super().__init__(daemon=True, name="log-reader")
-        self.stream, self.out = stream, out
-
-    def run(self) -> None:
-        try:
-            for frames in self.stream.batches():
-                self.out.put(frames)
-        except Exception as exc:  # the host went away mid-stream
-            log.info("log stream ended with %r", exc)
-        finally:
-            self.out.put(None)
-
-
 # The launcher's line when the user's process ended and it waits for a decision: only a hint
 # to read the launcher's report (reports.py), since the job can print the same line. Searched
 # anywhere in the line: a job that ends without a newline has the marker glued to its text.
@@ -212,7 +162,7 @@ class Follower:
         self.token = uuid.uuid4()
         self.lost_ownership = False
         self._stream = None
-        self._frames: queue.Queue | _ReadInPlace | None = None
+        self._frames: queue.Queue | ReadInPlace | None = None
         # Frames taken from the reader and not yet persisted: the rest of its last list, and
         # those read past a process-exit marker (put back in front).
         self._pushback: deque = deque()
@@ -339,10 +289,10 @@ class Follower:
             since = 0
         self._stream = engine.log_stream(container, since=since, follow=not ended)
         if ended:
-            self._frames = _ReadInPlace(self._stream)
+            self._frames = ReadInPlace(self._stream)
             return
         self._frames = queue.Queue()
-        _Reader(self._stream, self._frames).start()
+        Reader(self._stream, self._frames).start()
 
     def _take(self, item: list[bytes] | None) -> None:
         """The reader's next list of frames (or its end, None) behind what is waiting."""
