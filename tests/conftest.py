@@ -576,7 +576,11 @@ class SecondEngine:
         for procs in glob.glob("/sys/fs/cgroup/*/docker/*/cgroup.procs"):
             container_id = procs.split("/")[-2]
             if os.path.isdir(f"{self.dir}/data/containers/{container_id}"):  # orphans of this engine only
-                for pid in open(procs).read().split():
+                try:
+                    pids = open(procs).read().split()
+                except FileNotFoundError:  # its last process ended since the listing: the cgroup went
+                    continue
+                for pid in pids:
                     try:
                         os.kill(int(pid), signal.SIGKILL)
                     except ProcessLookupError:
