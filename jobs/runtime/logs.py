@@ -403,18 +403,19 @@ class Follower:
             if not ended and (not batch or now - last_probe >= HEARTBEAT_EVERY_S):
                 # A reported exit whose marker never came as a line of its own (glued to a
                 # partial line, acknowledged before a crash, or drowned by a daemon that goes on
-                # printing) is taken once the stream was quiet for a heartbeat, or when a
-                # heartbeat later the marker has still not come. (Not at once: the launcher
-                # prints the marker just after its report, and the lines before the marker are
-                # the ended run's.)
+                # printing) is taken a heartbeat after the report was first seen, the stream quiet
+                # since or not. Not at once, even after a quiet heartbeat: the launcher writes its
+                # report, then prints the marker, and the run's last lines (printed just before
+                # its exit) may still be on their way. Taken at once, a quiet job's last line (the
+                # signature its failure is classified by) was read after the decision.
                 last_probe = now
                 reported = self.waiting_exit(task_run)
                 if reported is None:
                     report_seen_at = None
-                elif not batch or (report_seen_at is not None and now - report_seen_at >= HEARTBEAT_EVERY_S):
-                    raise reported
                 elif report_seen_at is None:
                     report_seen_at = now
+                elif not batch or now - report_seen_at >= HEARTBEAT_EVERY_S:
+                    raise reported
             if on_tick is not None and not ended:
                 on_tick(task_run, bool(new_lines))
         self.close_stream()
