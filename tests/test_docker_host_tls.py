@@ -26,6 +26,7 @@ from django.core.exceptions import ValidationError
 from jobs.models import DockerHost, Phase, ResourcePool, TrainingJob
 from jobs.runtime import engine, schedule
 from tests.conftest import BUSYBOX, SecondEngine, wait_for
+from tests.test_follower_calls_bounded import followed_through_a_bounded_client
 
 pytestmark = pytest.mark.django_db
 
@@ -203,3 +204,13 @@ def test_a_job_runs_on_an_engine_reached_over_tls(demo, worker, tls_engine, cert
     assert job.phase == Phase.COMPLETED, job.phase_reason
     run = job.attempts.get().task_runs.get()
     assert run.host_id == host.id
+
+
+def test_a_followed_log_over_tls_outlives_its_clients_bound(tls_engine, certificates):
+    """A follower's client is bounded now (follow.FOLLOWER_CALL_TIMEOUT_S); over TLS too its
+    followed log turns its socket's timeout off."""
+    d, url = tls_engine
+    image = subprocess.run(["docker", "save", BUSYBOX], capture_output=True, check=True).stdout
+    on_the_engine = docker.DockerClient(base_url=d.socket, timeout=60)
+    on_the_engine.images.load(image)
+    followed_through_a_bounded_client(tls_host(url, certificates), on_the_engine)

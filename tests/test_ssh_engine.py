@@ -21,6 +21,7 @@ from jobs.models import DockerHost
 from jobs.runtime import engine, engine_exec
 from jobs.runtime.timed_pipes import PipeReader
 from tests.conftest import BUSYBOX, TEST_LABEL
+from tests.test_follower_calls_bounded import followed_through_a_bounded_client
 
 FAKE_SSH = """#!{python}
 import os, socket, sys, threading
@@ -213,3 +214,9 @@ def test_the_pipe_is_waited_on_at_any_descriptor_number():
     finally:
         os.close(write_end)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_followed_log_over_ssh_outlives_its_clients_bound(ssh_host, docker_client):
+    """A follower's client is bounded now (follow.FOLLOWER_CALL_TIMEOUT_S); over ssh:// too its
+    followed log turns its socket's timeout off (the console's socket over the ssh pipes)."""
+    followed_through_a_bounded_client(ssh_host, docker_client)

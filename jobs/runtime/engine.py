@@ -139,8 +139,8 @@ _api_versions: dict[str, str] = {}
 @_at_edge
 def client_for(host, *, timeout: int | None = 30) -> docker.DockerClient:
     """A client per thread and host (anything with a `base_url`, a DockerHost): requests
-    sessions are not shared across threads. timeout None: a follower's, which reads a log
-    stream that may be silent for hours."""
+    sessions are not shared across threads. timeout None: each call may wait for ever (a
+    followed log needs no such client: log_stream turns its own socket's timeout off)."""
     clients = getattr(_local, "clients", None)
     if clients is None:
         clients = _local.clients = {}
@@ -287,8 +287,8 @@ def container(host, ref: str, *, timeout: int | None = 30):
 
 def on_this_thread(container, host, *, timeout: int = 30):
     """The same container through this thread's own client of its host (bounded by `timeout`),
-    for calls from another thread than the one that looked it up: clients are per thread, and a
-    follower's waits without end. Asks the engine nothing, except its API version when this
+    for calls from another thread than the one that looked it up: clients are per thread. Asks
+    the engine nothing, except its API version when this
     process has not talked to it yet (then it may raise the engine's errors, as any call)."""
     return client_for(host, timeout=timeout).containers.prepare_model(dict(container.attrs))
 

@@ -31,6 +31,10 @@ SUCCESSOR_WAIT_S = 10
 # Reads of an ended container's rest of the log that fail (each bounded: engine.LOG_REST_TIMEOUT_S)
 # before the run is marked exited with what was taken: its end is the engine's, known already.
 REST_OF_LOG_TRIES = 3
+# The follower's own calls to the engine (the look-up, the look after the stream's end, the clear-up)
+# each wait at most this long. Not the followed log's body: engine.log_stream turns that socket's
+# timeout off (a quiet job is not a broken stream).
+FOLLOWER_CALL_TIMEOUT_S = 30
 
 
 def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
@@ -61,7 +65,7 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
                 # reads an ended container's log once more: the handle it ended with will do.
                 if container is None or not drained:
                     ref = task_run.container_id or task_run.container_name
-                    container = engine.container(task_run.host, ref, timeout=None)
+                    container = engine.container(task_run.host, ref, timeout=FOLLOWER_CALL_TIMEOUT_S)
                 if sampler is None:
                     recorder = _resource_recorder(task_run, container)
                     sampler = Sampler(watch, container, recorder, engine=task_run.host.base_url, host=task_run.host)
@@ -96,6 +100,10 @@ def follow_task_run(task_run_id: int, *, drain: bool = False) -> bool:
                         _mark_exited(task_run, ended_container)
                         break
                 if liveness.still_there(task_run.host):  # answered, or slow but not lost yet
+                    if not follower.owns():
+                        # Another follower took the run while this one waited for the engine (an
+                        # engine that answers pings and not for this container): that one goes on.
+                        return False
                     task_run.refresh_from_db()
                     container = None  # its client was forgotten: look the container up again
                     continue  # a broken stream on a live host: follow again from the last line

@@ -157,7 +157,7 @@ class Sampler:
         self.watch, self.container, self.sink = watch, container, sink
         self.engine = engine  # whose turns are counted together (the host's base URL)
         # The container's host: each turn asks through the turning thread's own client of it
-        # (bounded), not the follower's that looked the container up (its thread's, without end).
+        # (bounded), not the follower's that looked the container up (its thread's).
         self.host = host
         self.stopped = threading.Event()
         self.pool = pool if pool is not None else SAMPLING

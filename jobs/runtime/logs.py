@@ -201,6 +201,10 @@ class Follower:
             return None
         return TaskRun.objects.select_related("attempt", "attempt__job", "host").get(id=task_run_id)
 
+    def owns(self) -> bool:
+        """Whether the run is still this follower's (nobody took it as a stale one meanwhile)."""
+        return TaskRun.objects.filter(id=self.task_run_id, follower_token=self.token).exists()
+
     def release(self) -> None:
         TaskRun.objects.filter(id=self.task_run_id, follower_token=self.token).update(
             follower_token=None, follower_heartbeat=None

@@ -1,0 +1,109 @@
+"""A follower's own calls to the engine are bounded (follow.FOLLOWER_CALL_TIMEOUT_S); its followed
+log is not (a quiet job is not a broken stream: engine.log_stream turns that socket's timeout off).
+
+With a client that waited for ever, an engine that answered its pings but not for one container (a
+deadlocked engine, README "The engine's version") held the follower's thread in the look-up for
+good; its heartbeat went stale, another follower took the run and was held the same way: a thread
+more every staleness period."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import uuid
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from jobs.models import Attempt, DockerHost, TaskRun, TrainingJob
+from jobs.runtime import docker_hosts, engine, follow
+from tests.conftest import BUSYBOX, TEST_LABEL
+from tests.test_log_rest_bounded import serve_engine
+from tests.test_sampler_clients import Host, returns_within
+
+
+def answered(body: bytes, content_type: str = "application/json") -> tuple[bytes, bool]:
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body, False
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_look_up_the_engine_never_answers_gives_the_run_up_once_another_follower_took_it(tmp_path, demo, monkeypatch):
+    monkeypatch.setattr(follow, "FOLLOWER_CALL_TIMEOUT_S", 1)
+    path = tmp_path / "engine.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen(16)
+    looked_up = threading.Event()
+
+    def route(request_line: str) -> tuple[bytes, bool]:
+        target = request_line.split(" ")[1]
+        if target.endswith("/_ping"):
+            return answered(b"OK", "text/plain")
+        if target == "/version":
+            return answered(json.dumps({"ApiVersion": "1.41", "Version": "20.10.24"}).encode())
+        looked_up.set()
+        return b"", False  # the container's inspect: no answer, ever
+
+    held = serve_engine(listener, route)
+    try:
+        host = DockerHost.objects.create(name="deadlocked", base_url=f"unix://{path}", pool=demo.pool)
+        job = TrainingJob(workspace=demo.workspace, created_by=demo.owner, name="held", image=BUSYBOX, command="true")
+        job.full_clean()
+        job.save()
+        attempt = Attempt.objects.create(
+            job=job, number=1, level="initial", state=Attempt.State.RUNNING, started_at=timezone.now()
+        )
+        run = TaskRun.objects.create(
+            attempt=attempt,
+            index=0,
+            host=host,
+            container_name=docker_hosts.container_name(job, 1, 0),
+            container_id="d" * 64,
+            state=TaskRun.State.RUNNING,
+            started_at=timezone.now(),
+        )
+        outcome: list[object] = []
+        thread = threading.Thread(target=lambda: outcome.append(follow.follow_task_run(run.id)), daemon=True)
+        thread.start()
+        assert looked_up.wait(10)
+        time.sleep(2.5)  # past a bounded look-up or two: it asked again, still the run's follower
+        assert thread.is_alive()
+        adopter = uuid.uuid4()  # its heartbeat went stale: another follower took the run
+        TaskRun.objects.filter(id=run.id).update(follower_token=adopter, follower_heartbeat=timezone.now())
+        thread.join(15)
+        assert not thread.is_alive(), "the follower's look-up waited on the engine without end"
+        assert outcome == [False]
+        run.refresh_from_db()
+        assert run.follower_token == adopter and run.state == TaskRun.State.RUNNING  # the adopter's to follow
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
+
+
+def followed_through_a_bounded_client(host, docker_client) -> None:
+    """A followed log, through a client whose calls wait at most 1 s, quiet for 3 s between two
+    lines: both lines come, and the stream ends with the container, not with the client's bound."""
+    made = docker_client.containers.run(
+        BUSYBOX,
+        ["sh", "-c", "echo one; sleep 3; echo two"],
+        detach=True,
+        labels=dict([TEST_LABEL]),
+        network_mode="none",
+    )
+    try:
+        stream = engine.log_stream(engine.container(host, made.id, timeout=1))
+        started = time.monotonic()
+        returned, outcome = returns_within(30, lambda: [f.split(b" ", 1)[1] for b in stream.batches() for f in b])
+        assert returned and outcome == [b"one\n", b"two\n"], outcome
+        assert time.monotonic() - started >= 2.5
+    finally:
+        made.remove(force=True)
+
+
+def test_a_followed_log_outlives_its_clients_bound(docker_client):
+    followed_through_a_bounded_client(Host(settings.DEFAULT_DOCKER_URL), docker_client)
