@@ -191,8 +191,12 @@ def record_failed(job: TrainingJob) -> Notification:
 # -- across a broker outage ------------------------------------------------------------------------
 @pytest.mark.integration
 def test_a_notification_recorded_while_the_broker_is_down_is_sent_once_when_it_is_back(
-    demo, private_broker, outbox_worker, receiver, caplog, monkeypatch
+    demo, private_broker, outbox_worker, receiver, caplog, monkeypatch, celery_worker_process
 ):
+    # The suite's worker runs this step too (after its own FIRST_TRY_GRACE_S) and its broker is up:
+    # it could send the notification while this test's broker is down. Only the outbox worker sends
+    # here; the next test that needs the suite's worker starts it again.
+    celery_worker_process.stop()
     # The step leaves a first try to its commit-time message this long; here that message is lost
     # for certain, so a second is enough (the step runs in this process).
     monkeypatch.setattr(reconcile, "FIRST_TRY_GRACE_S", 1)

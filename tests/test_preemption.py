@@ -296,7 +296,7 @@ def test_reconcile_stops_a_preempted_attempt_whose_stop_was_lost(demo, worker, d
     attempt = wait_for(lambda: Attempt.objects.filter(job=job, state=Attempt.State.RUNNING).first())
     assert not reconcile.stop_stale_preemptions()
     Attempt.objects.filter(id=attempt.id).update(preempted_at=timezone.now() - timezone.timedelta(seconds=60))
-    assert reconcile.stop_stale_preemptions()
+    reconcile.stop_stale_preemptions()  # or the suite's worker's own run of the step: the stop is the test
     wait_for(
         lambda: (
             not docker_client.containers.list(

@@ -251,13 +251,15 @@ def test_a_start_run_twice_at_once_makes_one_container_per_instance(demo, worker
     wait_for(lambda: reload(job).phase == Phase.RUNNING, timeout=30, message="running")
     stop(job)
     # A fresh attempt left "starting", as a start that died before its first container.
+    # In one commit: a pending job with no attempt 2 is the suite's worker's to schedule.
     with_attempt = TrainingJob.objects.get(id=job.id)
-    TrainingJob.objects.filter(id=job.id).update(phase=Phase.PENDING, terminate_requested=False, ended_at=None)
-    attempt = Attempt.objects.create(job=with_attempt, number=2, level="initial")
-    for index in (0, 1):
-        TaskRun.objects.create(
-            attempt=attempt, index=index, host=demo.host, container_name=f"race-{job.id.hex}-{index}"
-        )
+    with transaction.atomic():
+        TrainingJob.objects.filter(id=job.id).update(phase=Phase.PENDING, terminate_requested=False, ended_at=None)
+        attempt = Attempt.objects.create(job=with_attempt, number=2, level="initial")
+        for index in (0, 1):
+            TaskRun.objects.create(
+                attempt=attempt, index=index, host=demo.host, container_name=f"race-{job.id.hex}-{index}"
+            )
     barrier = threading.Barrier(2)
     results = []
 
