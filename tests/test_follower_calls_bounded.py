@@ -18,10 +18,10 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from jobs.models import Attempt, DockerHost, TaskRun, TrainingJob
-from jobs.runtime import docker_hosts, engine, follow
+from jobs.models import DockerHost, TaskRun
+from jobs.runtime import engine, follow
 from tests.conftest import BUSYBOX, TEST_LABEL
-from tests.test_log_rest_bounded import serve_engine
+from tests.test_log_rest_bounded import running_run, serve_engine
 from tests.test_sampler_clients import Host, returns_within
 
 
@@ -51,21 +51,7 @@ def test_a_look_up_the_engine_never_answers_gives_the_run_up_once_another_follow
     held = serve_engine(listener, route)
     try:
         host = DockerHost.objects.create(name="deadlocked", base_url=f"unix://{path}", pool=demo.pool)
-        job = TrainingJob(workspace=demo.workspace, created_by=demo.owner, name="held", image=BUSYBOX, command="true")
-        job.full_clean()
-        job.save()
-        attempt = Attempt.objects.create(
-            job=job, number=1, level="initial", state=Attempt.State.RUNNING, started_at=timezone.now()
-        )
-        run = TaskRun.objects.create(
-            attempt=attempt,
-            index=0,
-            host=host,
-            container_name=docker_hosts.container_name(job, 1, 0),
-            container_id="d" * 64,
-            state=TaskRun.State.RUNNING,
-            started_at=timezone.now(),
-        )
+        run = running_run(demo, host, "held")
         outcome: list[object] = []
         thread = threading.Thread(target=lambda: outcome.append(follow.follow_task_run(run.id)), daemon=True)
         thread.start()

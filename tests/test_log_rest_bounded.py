@@ -35,6 +35,26 @@ def one_chunk(frame: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(body), body)
 
 
+def running_run(demo, host: DockerHost, name: str) -> TaskRun:
+    """A job's one instance, running on `host` (a fake engine) in its first attempt, followed by
+    nobody yet."""
+    job = TrainingJob(workspace=demo.workspace, created_by=demo.owner, name=name, image=BUSYBOX, command="true")
+    job.full_clean()
+    job.save()
+    attempt = Attempt.objects.create(
+        job=job, number=1, level="initial", state=Attempt.State.RUNNING, started_at=timezone.now()
+    )
+    return TaskRun.objects.create(
+        attempt=attempt,
+        index=0,
+        host=host,
+        container_name=docker_hosts.container_name(job, 1, 0),
+        container_id="e" * 64,
+        state=TaskRun.State.RUNNING,
+        started_at=timezone.now(),
+    )
+
+
 def serve_engine(listener: socket.socket, route) -> list[socket.socket]:
     """Answers each connection's requests with route(request line) -> (bytes, then hang up); an
     answer without a hang-up keeps the connection for the next request (or holds it, silent)."""
@@ -264,21 +284,7 @@ def test_the_rest_of_the_log_is_read_again_after_a_break_and_its_last_line_kept(
     held = serve_engine(listener, route)
     try:
         host = DockerHost.objects.create(name="breaks-off", base_url=f"unix://{path}", pool=demo.pool)
-        job = TrainingJob(workspace=demo.workspace, created_by=demo.owner, name="rest", image=BUSYBOX, command="true")
-        job.full_clean()
-        job.save()
-        attempt = Attempt.objects.create(
-            job=job, number=1, level="initial", state=Attempt.State.RUNNING, started_at=timezone.now()
-        )
-        run = TaskRun.objects.create(
-            attempt=attempt,
-            index=0,
-            host=host,
-            container_name=docker_hosts.container_name(job, 1, 0),
-            container_id="e" * 64,
-            state=TaskRun.State.RUNNING,
-            started_at=timezone.now(),
-        )
+        run = running_run(demo, host, "rest")
         returned, outcome = returns_within(60, lambda: follow.follow_task_run(run.id))
         assert returned and outcome is True, repr(outcome)
         run.refresh_from_db()
