@@ -52,11 +52,11 @@ def pytest_runtest_logfinish(nodeid, location) -> None:
 
 
 # -- the sampler -----------------------------------------------------------------------------------------------
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, CPU ticks so far) of a process, None once it is gone."""
+def _stat(pid: int) -> tuple[int, int, int] | None:
+    """(parent pid, CPU ticks so far, start time) of a process, None once it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[1]), int(fields[11]) + int(fields[12])
+        return int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[19])
     except (OSError, IndexError, ValueError):
         return None
 
@@ -105,7 +105,8 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.stop = threading.Event()
         self.samples: list[tuple[float, int, str, int]] = []  # (when, session pid, kind, ticks since)
-        self._seen: dict[int, tuple[int, str, int]] = {}  # pid -> (session, kind, ticks)
+        # (pid, start time) -> (session, kind, ticks): a pid the kernel gives again is another process
+        self._seen: dict[tuple[int, int], tuple[int, str, int]] = {}
 
     def run(self) -> None:
         first = True
@@ -120,12 +121,13 @@ class Sampler(threading.Thread):
                 stat = _stat(pid)
                 if stat is None:
                     continue
-                if pid not in self._seen:  # a process seen the first time: all of its CPU is new
-                    self._seen[pid] = (_session_of(pid), _kind(pid, _cmdline(pid)), stat[1] if first else 0)
-                session, kind, before = self._seen[pid]
+                key = (pid, stat[2])
+                if key not in self._seen:  # a process seen the first time: all of its CPU is new
+                    self._seen[key] = (_session_of(pid), _kind(pid, _cmdline(pid)), stat[1] if first else 0)
+                session, kind, before = self._seen[key]
                 if stat[1] > before:
                     self.samples.append((now, session, kind, stat[1] - before))
-                    self._seen[pid] = (session, kind, stat[1])
+                    self._seen[key] = (session, kind, stat[1])
             first = False
             self.stop.wait(SAMPLE_S)
 
