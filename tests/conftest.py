@@ -285,6 +285,18 @@ def worker(transactional_db, celery_worker_process, docker_client):
         _remove_test_containers(docker_client)
 
 
+@pytest.fixture
+def no_worker(monkeypatch):
+    """No Celery task leaves the test (a queued one fails it): for a test in a rolled-back
+    transaction, whose work is queued after a commit that never comes."""
+    from celery.app.task import Task
+
+    def refuse(task, *args, **kwargs):
+        raise AssertionError(f"{task.name} was queued: this test runs without a worker")
+
+    monkeypatch.setattr(Task, "apply_async", refuse)
+
+
 @pytest.fixture(scope="session")
 def daphne_server(django_db_setup):
     port = _free_port()

@@ -222,7 +222,4 @@ def both_accept(w: World, api: APIClient, values: dict) -> dict:
     assert form.is_valid(), form.errors.as_data()
     response = api.post(jobs_url(w), to_body(w, values), format="json")
     assert response.status_code == 201, response.json()
-    created = response.json()
-    # Validation is what is under test here: stop the job before it needs a host.
-    api.post(f"{jobs_url(w)}/{created['metadata']['id']}/actions", {"action_type": "terminate"}, format="json")
-    return created
+    return response.json()  # never started: its start is dispatched on a commit the test never makes

@@ -13,7 +13,6 @@ import zlib
 
 import pytest
 import schemathesis
-from celery.app.task import Task
 from django.conf import settings as django_settings
 from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
@@ -38,16 +37,6 @@ def in_process_requests():
     yield
     request_started.connect(close_old_connections)
     request_finished.connect(close_old_connections)
-
-
-@pytest.fixture
-def no_worker(monkeypatch):
-    """No Celery task leaves the test: the calls' work is queued after a commit that never comes."""
-
-    def refuse(task, *args, **kwargs):
-        raise AssertionError(f"{task.name} was queued: the contract test runs without a worker")
-
-    monkeypatch.setattr(Task, "apply_async", refuse)
 
 
 @pytest.fixture
