@@ -81,6 +81,7 @@ def _kind(pid: int, cmd: str) -> str:
         ("celery", "celery worker"),
         ("daphne", "daphne"),
         (SESSION_MARK, "pytest session"),
+        ("bin/pytest", "pytest controller"),  # xdist's: collects, hands out tests, reports
         ("manage.py", "manage.py"),
     ]:
         if word in cmd:
@@ -179,11 +180,23 @@ def charge(samples: list[tuple[float, int, str, int]], spans: dict[int, list[tup
     return charged
 
 
+def _totals(title: str, seconds: collections.Counter, top: int) -> None:
+    print(f"\n{title}")
+    for name, total in seconds.most_common(top):
+        print(f"{total:8.1f} s  {name}")
+
+
 def _table(title: str, rows: dict[str, collections.Counter], top: int) -> None:
+    """Each row's total and its largest kinds of process."""
     print(f"\n{title}")
     for name, kinds in sorted(rows.items(), key=lambda kv: -sum(kv[1].values()))[:top]:
         detail = "  ".join(f"{kind} {s:.0f}" for kind, s in kinds.most_common(4))
-        print(f"{sum(kinds.values()):8.1f} s  {name[:100]}" + (f"  ({detail})" if set(kinds) != {name} else ""))
+        print(f"{sum(kinds.values()):8.1f} s  {name[:100]}  ({detail})")
+
+
+def _cpu_ticks() -> list[int]:
+    """The machine's CPU time so far by state (user, nice, system, idle, iowait, ...), in ticks."""
+    return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
 
 
 def main(pytest_args: list[str]) -> int:
@@ -196,7 +209,7 @@ def main(pytest_args: list[str]) -> int:
         env.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/console")
         env.setdefault("REDIS_URL", "redis://127.0.0.1:6379/9")
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        cpu_before = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        cpu_before = _cpu_ticks()
         sampler = Sampler()
         sampler.start()
         began = time.time()
@@ -204,15 +217,15 @@ def main(pytest_args: list[str]) -> int:
         wall = time.time() - began
         sampler.stop.set()
         sampler.join()
-        cpu_after = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        cpu_after = _cpu_ticks()
         charged = charge(sampler.samples, spans_of(timeline.read_text()))
 
     delta = [b - a for a, b in zip(cpu_before, cpu_after, strict=True)]
     busy = (sum(delta) - delta[3] - delta[4]) / HZ
     print(f"\npytest exited {rc} after {wall:.0f} s; the CPUs were busy {busy:.0f} s of {sum(delta) / HZ:.0f} s")
     print(f"sessions' own processes {sum(charged.by_kind.values()):.0f} s, shared {sum(charged.shared.values()):.0f} s")
-    _table("By kind, in the sessions", {k: collections.Counter({k: v}) for k, v in charged.by_kind.items()}, 20)
-    _table("Shared (no session's)", {k: collections.Counter({k: v}) for k, v in charged.shared.items()}, 10)
+    _totals("By kind, in the sessions", charged.by_kind, 20)
+    _totals("Shared (no session's)", charged.shared, 10)
     _table("By test file", charged.by_file, 30)
     _table("By test", charged.by_test, 30)
     return rc
