@@ -203,7 +203,7 @@ def python_process(container_id: str, script: str) -> int | None:
 
 # -- a second Docker engine: the host a benchmark loses ----------------------------------------------
 class SecondEngine:
-    """A dockerd of the benchmark's own on a private socket (as tests/conftest.py's SecondEngine).
+    """A dockerd of the benchmark's own on a private socket (as tests/second_engine.py's SecondEngine).
 
     lose() is a lost machine: the engine and its containerd die by SIGKILL first (nobody reports
     an exit), then every process of its containers and its shims; cleanup() removes the rest.

@@ -1,20 +1,19 @@
 """Real parts for every test: PostgreSQL (pytest-django's test database), Redis,
 a Celery worker process, a daphne process, and Docker. Containers made by this
-session carry the label console.test=<session> and are removed by label."""
+session carry the label console.test=<session> and are removed by label.
+
+The fixtures and the suite's hooks only; what tests import lives in modules of its own (a
+conftest is not imported as a module): tests/helpers.py (submit, wait, settle), tests/demo.py
+(the demo's rows), tests/processes.py (processes the tests start and kill), and
+tests/second_engine.py (a second Docker engine)."""
 
 from __future__ import annotations
 
-import functools
-import glob
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import docker
@@ -22,11 +21,11 @@ import pytest
 from django.conf import settings
 
 from console.worker_argv import worker_argv
-from tests.pytest_env import TEST_LABEL, TMP
-
-ROOT = Path(__file__).resolve().parent.parent
-BUSYBOX = "console/busybox:latest"
-PYTHON_IMAGE = "console/python:3.11"
+from tests.demo import make_demo
+from tests.helpers import BUSYBOX, remove_test_containers, settle_jobs
+from tests.processes import ManagedProcess, answers, free_port
+from tests.pytest_env import TMP
+from tests.second_engine import SecondEngine
 
 
 def pytest_configure(config) -> None:
@@ -123,79 +122,9 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 def pytest_sessionfinish(session, exitstatus) -> None:
     """Remove this session's scratch folder when everything passed; keep it to read otherwise."""
-    import shutil
 
     if exitstatus == 0:
         shutil.rmtree(TMP, ignore_errors=True)
-
-
-def _test_db_env() -> dict[str, str]:
-    env = dict(os.environ)
-    db = settings.DATABASES["default"]
-    env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    return env
-
-
-class ManagedProcess:
-    """A child process the tests start, kill (SIGKILL, a real fault) and restart."""
-
-    def __init__(self, name: str, argv: list[str], ready=None):
-        self.name, self.argv, self.ready = name, argv, ready
-        self.proc: subprocess.Popen | None = None
-        self.log_path = Path(TMP) / f"{name}.log"
-
-    def start(self) -> None:
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            self.argv, cwd=ROOT, env=_test_db_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        if self.ready:
-            deadline = time.monotonic() + 30
-            while not self.ready():
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{self.name} did not start:\n{self.log_path.read_text()[-3000:]}")
-                time.sleep(0.1)
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group: the worker dies mid-task."""
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-    def ensure_running(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            self._end_group()
-            self.start()
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self._end_group()
-
-    def _end_group(self) -> None:
-        """What the process left behind in its group: a worker that killed itself (a crash point)
-        left its beat child running, which went on queueing reconciles for the session (seen
-        alive 49 minutes later, doubling every reconcile of the later tests)."""
-        if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _answers(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 @pytest.fixture(scope="session")
@@ -203,28 +132,7 @@ def docker_client():
     client = docker.from_env()
     client.ping()
     yield client
-    _remove_test_containers(client)
-
-
-def _remove_test_containers(client) -> None:
-    # sparse: a full listing inspects each container and fails on one removed meanwhile.
-    for container in client.containers.list(all=True, sparse=True, filters={"label": "=".join(TEST_LABEL)}):
-        try:
-            container.remove(force=True)
-        except docker.errors.APIError:
-            pass
-    # The jobs' /cache and NFS volumes carry the session's label too (staging.volume_labels).
-    for volume in client.volumes.list(filters={"label": "=".join(TEST_LABEL)}):
-        try:
-            volume.remove(force=True)
-        except docker.errors.APIError:
-            pass
-    # And the multi-instance jobs' own networks (docker_hosts.job_network, one per attempt).
-    for network in client.networks.list(filters={"label": "=".join(TEST_LABEL)}):
-        try:
-            network.remove()
-        except docker.errors.APIError:
-            pass
+    remove_test_containers(client)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -282,7 +190,7 @@ def worker(transactional_db, celery_worker_process, docker_client):
     finally:
         # Even when this test's jobs did not settle (its teardown fails and says why), the next
         # test starts without its containers: one failure must not time out every later test.
-        _remove_test_containers(docker_client)
+        remove_test_containers(docker_client)
 
 
 @pytest.fixture
@@ -299,12 +207,12 @@ def no_worker(monkeypatch):
 
 @pytest.fixture(scope="session")
 def daphne_server(django_db_setup):
-    port = _free_port()
+    port = free_port()
     daphne = str(Path(sys.executable).with_name("daphne"))
     server = ManagedProcess(
         "daphne",
         [daphne, "-b", "127.0.0.1", "-p", str(port), "--websocket_timeout", "-1", "console.asgi:application"],
-        ready=lambda: _answers(port),
+        ready=lambda: answers(port),
     )
     server.url = f"http://127.0.0.1:{port}"
     server.start()
@@ -318,22 +226,6 @@ def live_url(daphne_server, worker) -> str:
     return daphne_server.url
 
 
-@functools.cache
-def _password_hash(password: str, hashers: tuple[str, ...]) -> str:
-    """A real hash of the password, made once a session (the hasher's work per user and test was
-    most of a validation test's time). Logging in with it checks it as usual."""
-    from django.contrib.auth.hashers import make_password
-
-    return make_password(password)
-
-
-# Every bucket name the tests use with the demo workspace (tests/test_storage_tenancy.py uses others).
-DEMO_BUCKETS = (
-    "art-b", "b01", "bk-b", "bk-code-b", "bkt", "bucket", "ckpt-b", "cleanup-bucket", "code-b", "contract-b",
-    "copy-b", "data-1", "data-b", "demo", "gone-b", "good", "logs-b", "mnt-b", "nobucket", "nowhere-b", "out-b",
-)  # fmt: skip
-
-
 @pytest.fixture
 def demo(db):
     """A workspace with an owner, a member and an outsider, the local Docker host and presets.
@@ -345,93 +237,6 @@ def demo(db):
     return make_demo()
 
 
-def make_demo():
-    """The demo's rows (see `demo`); a module's fixture that commits them calls it itself."""
-    from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
-
-    from jobs.models import Bucket, DockerHost, PresetImage, ResourcePool, Workspace
-
-    def user(name: str):  # password: "<name>-password"
-        password = _password_hash(f"{name}-password", tuple(settings.PASSWORD_HASHERS))
-        return get_user_model().objects.create(username=name, password=password)
-
-    owner, member, outsider = user("owner"), user("member"), user("outsider")
-    workspace = Workspace.objects.create(name="team")
-    workspace.members.add(owner, member)
-    Workspace.objects.create(name="elsewhere").members.add(outsider)
-    # Workspaces own their storage: the buckets the tests' jobs use are the team's (registering a
-    # name does not make its folder; the tests that need one make it).
-    Bucket.objects.bulk_create(Bucket(name=name, workspace=workspace) for name in DEMO_BUCKETS)
-    # Small thresholds: the environment checks must pass on a small test disk.
-    pool = ResourcePool.objects.create(name="test-pool", check_root_gb=0.5, check_cache_gb=0.5)
-    host = DockerHost.objects.create(name="local", base_url=settings.DEFAULT_DOCKER_URL, pool=pool)
-    PresetImage.objects.create(name="busybox", image_ref=BUSYBOX)
-    PresetImage.objects.create(name="python-3.11-numpy", image_ref=PYTHON_IMAGE)
-
-    class Demo:
-        pass
-
-    d = Demo()
-    d.owner, d.member, d.outsider, d.workspace, d.host, d.pool = owner, member, outsider, workspace, host, pool
-    d.token = Token.objects.create(user=owner).key
-    d.outsider_token = Token.objects.create(user=outsider).key
-    return d
-
-
-def flush_database() -> None:
-    """Every row gone (what pytest-django does after a transactional test)."""
-    from django.core.management import call_command
-
-    call_command("flush", interactive=False, verbosity=0)
-
-
-def wait_for(predicate, timeout: float = 30, interval: float = 0.1, message: str = "condition"):
-    """Poll the real system until predicate() is truthy (no sleeps in tests)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
-
-
-@contextmanager
-def worker_dying_at(celery_worker_process, monkeypatch, point: str):
-    """The worker restarted to SIGKILL itself at `point` (jobs/runtime/faults.py crash_point): the
-    block submits what reaches it and waits for the death; afterwards the worker runs again,
-    without the crash point."""
-    celery_worker_process.stop()
-    monkeypatch.setenv("CONSOLE_CRASH_AT", point)
-    celery_worker_process.start()
-    monkeypatch.delenv("CONSOLE_CRASH_AT")
-    try:
-        yield lambda: wait_for(
-            lambda: celery_worker_process.proc.poll() is not None, timeout=40, message="the worker to die"
-        )
-    finally:
-        celery_worker_process.ensure_running()
-
-
-@contextmanager
-def worker_pausing_at(celery_worker_process, monkeypatch, point: str, seconds: float):
-    """The worker restarted to sleep `seconds` at `point` (jobs/runtime/faults.py pause_point)
-    for the block; afterwards it is restarted without the pause."""
-    celery_worker_process.stop()
-    monkeypatch.setenv("CONSOLE_PAUSE_AT", point)
-    monkeypatch.setenv("CONSOLE_PAUSE_S", str(seconds))
-    celery_worker_process.start()
-    monkeypatch.delenv("CONSOLE_PAUSE_AT")
-    monkeypatch.delenv("CONSOLE_PAUSE_S")
-    try:
-        yield
-    finally:
-        celery_worker_process.stop()
-        celery_worker_process.start()
-
-
 @pytest.fixture
 def second_worker():
     """Another worker process on the same queues, started by the test, without the reconcile
@@ -439,168 +244,6 @@ def second_worker():
     process = ManagedProcess("celery-worker-2", _worker_argv("8", "-n", "second@%h"))
     yield process
     process.stop()
-
-
-def settle_jobs(timeout: float = 60, docker_client=None) -> None:
-    """Stop every unfinished job and wait until no worker is busy with any of them
-    and (given a Docker client) none of their containers is left."""
-    from jobs.models import FINAL_PHASES, Attempt, TaskRun, TrainingJob
-    from jobs.runtime import stop
-
-    for job_id in TrainingJob.objects.exclude(phase__in=FINAL_PHASES).values_list("id", flat=True):
-        stop.request_terminate(job_id)
-
-    def quiet() -> bool:
-        return (
-            not TrainingJob.objects.exclude(phase__in=FINAL_PHASES).exists()
-            and not Attempt.objects.filter(state__in=[Attempt.State.STARTING, Attempt.State.RUNNING]).exists()
-            and not TaskRun.objects.filter(follower_token__isnull=False).exists()
-        )
-
-    def no_containers() -> bool:
-        # sparse: a plain list inspects each container and fails on one removed meanwhile.
-        return not docker_client.containers.list(all=True, sparse=True, filters={"label": "=".join(TEST_LABEL)})
-
-    try:
-        wait_for(quiet, timeout=timeout, interval=0.2, message="every job final and no follower left")
-        if docker_client is not None:
-            wait_for(no_containers, timeout=timeout, interval=0.2, message="no container left")
-    except AssertionError as exc:
-        left = []
-        if docker_client is not None:
-            for c in docker_client.containers.list(all=True, sparse=True, filters={"label": "=".join(TEST_LABEL)}):
-                labels = c.attrs.get("Labels") or {}
-                left.append(
-                    f"  container {(c.attrs.get('Names') or ['?'])[0]} {c.attrs.get('State')} "
-                    f"job={labels.get('console.job')} attempt={labels.get('console.attempt')}"
-                )
-        raise AssertionError(f"{exc}:\n{describe()}\n" + "\n".join(left)) from None
-
-
-def describe() -> str:
-    """Where each job of the test stands, for a failure message."""
-    from jobs.models import TaskRun, TrainingJob
-
-    out = []
-    for job in TrainingJob.objects.order_by("created_at"):
-        out.append(f"job {job.name} {job.id}: {job.phase} terminate={job.terminate_requested} {job.phase_reason!r}")
-        for attempt in job.attempts.order_by("number"):
-            out.append(f"  attempt {attempt.number} {attempt.state} {attempt.outcome!r} level={attempt.level}")
-            for run in TaskRun.objects.filter(attempt=attempt):
-                out.append(
-                    f"    run {run.index} {run.state} exit={run.exit_code} follower={run.follower_token} "
-                    f"lines={run.log_lines} {run.error!r}"
-                )
-    return "\n".join(out)
-
-
-def job_container(docker_client, job_id):
-    """The job's running container, or None. A fault-tolerant job also runs its next attempt's
-    standby (jobs/runtime/standby.py, armed: its launcher waits for a restart's go): the job's own
-    container is the one of the lowest attempt. Sparse: a full listing inspects each container
-    and fails on one removed meanwhile; the container is then inspected by its id."""
-    listed = docker_client.containers.list(sparse=True, filters={"label": f"console.job={job_id}"})
-    if not listed:
-        return None
-    first = min(listed, key=lambda c: int((c.attrs.get("Labels") or {}).get("console.attempt", 0)))
-    try:
-        return docker_client.containers.get(first.id)
-    except docker.errors.NotFound:
-        return None
-
-
-def running_instance(job, index: int = 0, timeout: float = 60):
-    """The job's instance `index` (its task run) once it runs in its container."""
-    from jobs.models import TaskRun
-
-    return wait_for(
-        lambda: (
-            TaskRun.objects.filter(attempt__job=job, index=index, state=TaskRun.State.RUNNING)
-            .exclude(container_id="")
-            .first()
-        ),
-        timeout=timeout,
-        message=f"worker-{index} running",
-    )
-
-
-def submit_job(demo, **fields):
-    """Create a job the way the form and the API do (full_clean, save, submit)."""
-    from jobs.models import TrainingJob
-    from jobs.runtime import schedule
-
-    defaults = dict(workspace=demo.workspace, created_by=demo.owner, name="job", image=BUSYBOX, command="echo hi")
-    job = TrainingJob(**(defaults | fields))
-    job.full_clean()
-    job.save()
-    schedule.submit(job)
-    return job
-
-
-class SecondEngine:
-    """A dockerd of our own on a private socket: the host the tests kill."""
-
-    def __init__(self, extra_args: list[str] | None = None):
-        # Short paths: the exec root holds sockets, whose paths have a length limit.
-        self.dir = tempfile.mkdtemp(prefix="d2-", dir="/tmp")
-        self.socket = f"unix://{self.dir}/d.sock"
-        self.extra_args = extra_args or []  # e.g. a TLS-verified TCP listener besides the socket
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        log = open(os.path.join(self.dir, "dockerd.log"), "ab")
-        self.proc = subprocess.Popen(
-            [
-                "dockerd", "--host", self.socket, "--data-root", f"{self.dir}/data", "--exec-root", f"{self.dir}/x",
-                "--pidfile", f"{self.dir}/d.pid", "--bridge=none", "--iptables=false", "--ip-masq=false",
-                *self.extra_args,
-            ],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        wait_for(self._answers, timeout=30, message="the second dockerd")
-
-    def _answers(self) -> bool:
-        try:
-            return docker.DockerClient(base_url=self.socket, timeout=2).ping()
-        except Exception:
-            return False
-
-    def kill(self) -> None:
-        """SIGKILL: the host is gone; its containers are orphaned, still running."""
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def cleanup(self) -> None:
-        """Remove everything this engine ran, alive or killed, without restarting it
-        (a dockerd restarted after SIGKILL may wait forever on its old containerd)."""
-        if self.proc.poll() is None:
-            client = docker.DockerClient(base_url=self.socket, timeout=30)
-            # sparse: a container a follower removes meanwhile is not an error of the listing
-            for container in client.containers.list(all=True, sparse=True):
-                try:
-                    container.remove(force=True)
-                except docker.errors.APIError:
-                    pass  # gone, or its removal by a follower is in progress (409): the engine is killed next
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # dockerd and its containerd
-        except ProcessLookupError:
-            pass
-        for procs in glob.glob("/sys/fs/cgroup/*/docker/*/cgroup.procs"):
-            container_id = procs.split("/")[-2]
-            if os.path.isdir(f"{self.dir}/data/containers/{container_id}"):  # orphans of this engine only
-                try:
-                    pids = open(procs).read().split()
-                except FileNotFoundError:  # its last process ended since the listing: the cgroup went
-                    continue
-                for pid in pids:
-                    try:
-                        os.kill(int(pid), signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-        subprocess.run(["pkill", "-9", "-f", self.dir], capture_output=True)  # containerd shims
-        subprocess.run(["umount", "-R", f"{self.dir}/x"], capture_output=True)
-        subprocess.run(["umount", "-R", f"{self.dir}/data"], capture_output=True)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @pytest.fixture

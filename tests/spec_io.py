@@ -11,7 +11,7 @@ from jobs.forms import JobCreateForm
 from jobs.models import (
     TrainingJob,
 )
-from tests.conftest import BUSYBOX
+from tests.helpers import BUSYBOX
 
 RETRY = "fault-tolerance/job-retry-num"
 UNCONDITIONAL = "fault-tolerance/job-unconditional-retry"

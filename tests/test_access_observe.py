@@ -17,7 +17,7 @@ from jobs.models import FileSystem, KeyPair, Phase, TaskRun, TrainingJob, Worksp
 from jobs.runtime import cleanup, docker_hosts, engine, schedule, ssh
 from jobs.runtime.layout import layout_environment, runtime_layout
 from jobs.runtime.staging import job_data_dir, mounts_for, prepare_sources
-from tests.conftest import BUSYBOX, submit_job, wait_for
+from tests.helpers import BUSYBOX, submit_job, wait_for
 from tests.pytest_env import TMP
 from tests.test_runtime_fields import dedicated_pool, ended, instance_of, log_texts, unsaved
 

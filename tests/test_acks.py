@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from jobs.models import Attempt, TaskRun, TrainingJob
 from jobs.runtime import acks
-from tests.conftest import BUSYBOX
+from tests.helpers import BUSYBOX
 
 # Transactional: autocommit, as in a worker, where the writer's thread has its own connection.
 pytestmark = pytest.mark.django_db(transaction=True)

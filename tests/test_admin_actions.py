@@ -8,7 +8,7 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 
 from jobs.models import DockerHost, Phase, TrainingJob
-from tests.conftest import BUSYBOX
+from tests.helpers import BUSYBOX
 
 
 def staff(name: str, *codenames: str) -> Client:

@@ -10,7 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from jobs.models import TaskRun, TrainingJob
-from tests.conftest import BUSYBOX, job_container, wait_for
+from tests.helpers import BUSYBOX, job_container, wait_for
 
 # Refusals create nothing and roll back; a test that creates a job runs it: the worker (transactional).
 pytestmark = [pytest.mark.django_db]

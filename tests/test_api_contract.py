@@ -49,7 +49,7 @@ def jobs(demo, in_process_requests, no_worker) -> list:
     from faulttolerance.models import RecoveryRecord
     from jobs import storage
     from jobs.models import Attempt, JobEvent, Model, Phase, ResourcePool, TaskRun, TrainingJob
-    from tests.conftest import submit_job
+    from tests.helpers import submit_job
 
     queued = submit_job(
         demo,

@@ -29,7 +29,7 @@ from jobs.models import TaskRun
 from jobs.proxy import tickets
 from jobs.proxy.http import forwarded_cookie, set_cookie_for_browser
 from jobs.proxy.origins import APPS, Target, origin, target_of
-from tests.conftest import PYTHON_IMAGE, running_instance, submit_job, wait_for
+from tests.helpers import PYTHON_IMAGE, running_instance, submit_job, wait_for
 
 CGI = r"""#!/bin/sh
 printf 'Content-Type: text/plain\r\n'

@@ -16,7 +16,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from jobs.consumers import CLOSE_FORBIDDEN
 from jobs.models import Phase, TrainingJob
-from tests.conftest import BUSYBOX, job_container, wait_for
+from tests.helpers import BUSYBOX, job_container, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

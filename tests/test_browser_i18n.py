@@ -11,9 +11,9 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from jobs.models import Phase, TrainingJob, UserPreference
-from tests.conftest import BUSYBOX, wait_for
+from tests.helpers import BUSYBOX, wait_for
 from tests.test_browser import ARTIFACTS, browser, page_maker  # noqa: F401
-from tests.test_browser_wizard import htmx_idle
+from tests.wizard_page import htmx_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

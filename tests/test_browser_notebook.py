@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import expect
 
 from jobs.models import FileSystem
-from tests.conftest import running_instance, submit_job
+from tests.helpers import running_instance, submit_job
 from tests.pytest_env import TMP
 from tests.test_browser import browser, log_in, new_page, shot  # noqa: F401 - fixtures
 from tests.test_runtime_fields import dedicated_pool

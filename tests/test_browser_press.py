@@ -11,7 +11,7 @@ from playwright.sync_api import Page, expect
 
 from console import realtime
 from jobs.models import Phase, TrainingJob
-from tests.conftest import BUSYBOX
+from tests.helpers import BUSYBOX
 from tests.test_browser import browser, log_in, new_page, page_maker, press_and_hold  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -21,7 +21,7 @@ from playwright.sync_api import Page, expect
 from faulttolerance.models import RecoveryRecord
 from jobs.models import Attempt, EventKind, JobEvent, Phase, TaskRun, TrainingJob
 from jobs.runtime import lifecycle
-from tests.conftest import BUSYBOX, submit_job, wait_for
+from tests.helpers import BUSYBOX, submit_job, wait_for
 from tests.test_browser import UI_TIMEOUT_MS, assert_not_reloaded, browser, log_in, mark_document  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -16,7 +16,7 @@ from jobs.models import Attempt, Phase, ResourceSeries, TaskRun, TrainingJob
 from jobs.runtime import resources, stop
 from jobs.runtime.engine_stats import Usage
 from jobs.runtime.hang import Sample
-from tests.conftest import BUSYBOX, PYTHON_IMAGE, submit_job, wait_for
+from tests.helpers import BUSYBOX, PYTHON_IMAGE, submit_job, wait_for
 from tests.test_browser import (  # noqa: F401 - fixtures
     assert_not_reloaded,
     browser,

@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 
 from jobs.models import TaskRun
 from jobs.runtime import stop
-from tests.conftest import running_instance, submit_job, wait_for
+from tests.helpers import running_instance, submit_job, wait_for
 from tests.test_browser import browser, log_in, new_page, shot  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -15,7 +15,7 @@ import pytest
 from jobs.models import Phase, TaskRun, TrainingJob
 from jobs.runtime import stop
 from jobs.runtime.logs import read_lines
-from tests.conftest import PYTHON_IMAGE, submit_job, wait_for
+from tests.helpers import PYTHON_IMAGE, submit_job, wait_for
 from tests.pytest_env import TEST_LABEL
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,7 +12,8 @@ from jobs.models import Phase, TrainingJob
 from jobs.runtime import cleanup
 from jobs.runtime.layout import LOCAL_CODE_STAGING
 from jobs.runtime.staging import job_data_dir
-from tests.conftest import BUSYBOX, TEST_LABEL, submit_job, wait_for
+from tests.helpers import BUSYBOX, submit_job, wait_for
+from tests.pytest_env import TEST_LABEL
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 

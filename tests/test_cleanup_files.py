@@ -17,7 +17,7 @@ from jobs.models import TrainingJob
 from jobs.runtime import cleanup, control
 from jobs.runtime.layout import LOCAL_CODE_STAGING
 from jobs.runtime.ssh import SSH_STAGING
-from tests.conftest import BUSYBOX
+from tests.helpers import BUSYBOX
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import socket
 import subprocess
 from pathlib import Path
 
@@ -25,7 +24,9 @@ from django.core.exceptions import ValidationError
 
 from jobs.models import DockerHost, Phase, ResourcePool, TrainingJob
 from jobs.runtime import engine, schedule
-from tests.conftest import BUSYBOX, SecondEngine, wait_for
+from tests.helpers import BUSYBOX, wait_for
+from tests.processes import free_port
+from tests.second_engine import SecondEngine
 from tests.test_follower_calls_bounded import followed_through_a_bounded_client
 
 pytestmark = pytest.mark.django_db
@@ -90,16 +91,10 @@ def certificates(tmp_path_factory) -> dict[str, str]:
     return files
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def tls_engine(certificates):
     """A dockerd with a TLS-verified TCP listener on the loopback (and its private socket)."""
-    port = _free_port()
+    port = free_port()
     d = SecondEngine(
         [
             "--host", f"tcp://127.0.0.1:{port}", "--tlsverify", f"--tlscacert={certificates['ca']}",

@@ -19,8 +19,9 @@ import docker
 import pytest
 import requests
 
-from tests.conftest import ROOT, TEST_LABEL, _answers, _free_port, job_container, wait_for
-from tests.pytest_env import TMP
+from tests.helpers import job_container, wait_for
+from tests.processes import ROOT, answers, free_port
+from tests.pytest_env import TEST_LABEL, TMP
 from tests.wsclient import connect
 
 
@@ -34,12 +35,12 @@ def embedded(docker_client):
     subprocess.run([*manage, "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
     seeded = subprocess.run([*manage, "seed_demo"], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
     facts = dict(line.split(" ", 1) for line in seeded.stdout.splitlines() if " " in line)
-    port = _free_port()
+    port = free_port()
     log = open(Path(TMP) / "embedded.log", "ab")
     proc = subprocess.Popen(
         [*manage, "embedded", "--port", str(port)], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
     )
-    wait_for(lambda: _answers(port), timeout=30, message="the embedded server")
+    wait_for(lambda: answers(port), timeout=30, message="the embedded server")
     yield {"url": f"http://127.0.0.1:{port}", "project_id": facts["project_id"], "token": facts["api_token"]}
     proc.terminate()
     proc.wait(10)

@@ -16,7 +16,8 @@ import time
 import pytest
 
 from jobs.runtime import engine, engine_exec
-from tests.conftest import BUSYBOX, TEST_LABEL
+from tests.helpers import BUSYBOX
+from tests.pytest_env import TEST_LABEL
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from jobs.models import DockerHost, EventKind, Flavor, Phase, TaskRun, TrainingJob
 from jobs.runtime import stop
-from tests.conftest import submit_job, wait_for, worker_pausing_at
+from tests.helpers import submit_job, wait_for, worker_pausing_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -202,7 +202,7 @@ def test_failed_environment_check_isolates_the_host_and_waits_for_the_operator(d
 
 
 def test_two_workers_racing_make_exactly_one_decision(demo, worker, celery_worker_process):
-    from tests.conftest import ManagedProcess
+    from tests.processes import ManagedProcess
 
     second = ManagedProcess("celery-worker-2", celery_worker_process.argv)
     second.start()

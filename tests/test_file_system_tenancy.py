@@ -20,7 +20,7 @@ from jobs.api.serializers import FIELD_PATHS
 from jobs.forms import JobCreateForm
 from jobs.models import FileSystem, Flavor, ResourcePool, TrainingJob, Workspace
 from jobs.runtime.staging import StagingError, prepare_sources
-from tests.conftest import BUSYBOX
+from tests.helpers import BUSYBOX
 from tests.spec_io import BASE, World, form_for, to_body
 from tests.test_storage_tenancy import api_as, instance_of, snapshot
 

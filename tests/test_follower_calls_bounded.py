@@ -20,7 +20,8 @@ from django.utils import timezone
 
 from jobs.models import DockerHost, TaskRun
 from jobs.runtime import engine, follow
-from tests.conftest import BUSYBOX, TEST_LABEL
+from tests.helpers import BUSYBOX
+from tests.pytest_env import TEST_LABEL
 from tests.test_log_rest_bounded import running_run, serve_engine
 from tests.test_sampler_clients import Host, returns_within
 

@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 from faulttolerance.models import RecoveryRecord
 from jobs.goodput import as_dict, job_goodput
 from jobs.models import Attempt, Phase, TaskRun, TrainingJob
-from tests.conftest import PYTHON_IMAGE, submit_job, wait_for
+from tests.helpers import PYTHON_IMAGE, submit_job, wait_for
 
 pytestmark = [pytest.mark.django_db]
 

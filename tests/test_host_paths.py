@@ -36,7 +36,7 @@ from jobs.runtime.hostpaths import (
 )
 from jobs.runtime.layout import local_code_dir
 from jobs.runtime.staging import StagingError, backup_code, mounts_for, prepare_sources, stage_local_code
-from tests.conftest import BUSYBOX, wait_for
+from tests.helpers import BUSYBOX, wait_for
 from tests.pytest_env import TMP
 
 

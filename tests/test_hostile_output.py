@@ -25,7 +25,7 @@ from console import realtime
 from jobs import logstream
 from jobs.consumers import PACE_S
 from jobs.models import Phase, TaskRun, TrainingJob
-from tests.conftest import BUSYBOX, PYTHON_IMAGE, job_container, running_instance, submit_job, wait_for
+from tests.helpers import BUSYBOX, PYTHON_IMAGE, job_container, running_instance, submit_job, wait_for
 from tests.test_browser import browser, log_in, new_page, shot  # noqa: F401 - browser, new_page: fixtures
 from tests.test_job_outputs import api_log
 from tests.test_websockets import CLOSE_FORBIDDEN, closed_within

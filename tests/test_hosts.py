@@ -1,6 +1,6 @@
 """Host faults with a real second Docker engine: a host that dies is isolated and
 its work moves (job level, or only the lost instance with rescheduling). The
-second engine and its `second_host` fixture are in conftest.py."""
+second engine is tests/second_engine.py; its `second_host` fixture is in conftest.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.conf import settings
 
 from jobs.models import DockerHost, EventKind, Phase, TrainingJob
 from jobs.runtime.logview import tail_texts
-from tests.conftest import submit_job, wait_for
+from tests.helpers import submit_job, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,7 +14,7 @@ from console.language import SESSION_KEY, language_of_scope
 from jobs import stored_text
 from jobs.models import EventKind, JobEvent, TrainingJob, UserPreference
 from jobs.notify import Email
-from tests.conftest import BUSYBOX
+from tests.helpers import BUSYBOX
 
 pytestmark = pytest.mark.django_db
 

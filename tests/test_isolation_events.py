@@ -7,7 +7,7 @@ import pytest
 
 from jobs.models import EventKind, TrainingJob
 from jobs.runtime.lifecycle import isolate_host
-from tests.conftest import BUSYBOX
+from tests.helpers import BUSYBOX
 
 pytestmark = pytest.mark.django_db
 

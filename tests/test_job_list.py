@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from jobs.models import Phase, TrainingJob
 from jobs.views.list import PAGE_SIZE
-from tests.conftest import BUSYBOX, submit_job, wait_for
+from tests.helpers import BUSYBOX, submit_job, wait_for
 from tests.wsclient import connect
 
 # Transactional only for the live tests (their `live_url` brings the worker): the rest read rows written here.

@@ -19,7 +19,7 @@ from jobs import storage
 from jobs.models import EventKind, Flavor, Model, ModelVersion, Phase, TaskRun, TrainingJob
 from jobs.runtime import logreading, outputs, reconcile
 from jobs.runtime.logs import log_path
-from tests.conftest import submit_job, wait_for
+from tests.helpers import submit_job, wait_for
 from tests.test_browser import browser, log_in, new_page, shot  # noqa: F401 - browser, new_page: fixtures
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -17,7 +17,7 @@ import pytest
 from faulttolerance.launcher import LAUNCHER
 from jobs.runtime import control as control_files
 from jobs.runtime import engine
-from tests.conftest import BUSYBOX
+from tests.helpers import BUSYBOX
 from tests.pytest_env import TEST_LABEL, TMP
 
 LOW = {"MA_CHECK_ROOT_GB": "0.1", "MA_CHECK_SHM_GB": "0.5", "MA_CHECK_CACHE_GB": "0.1"}
@@ -273,7 +273,7 @@ def test_a_mount_of_the_job_that_covers_the_control_dir_through_a_planted_link_i
 
 
 def test_the_command_runs_in_the_images_own_shell(client):
-    from tests.conftest import PYTHON_IMAGE
+    from tests.helpers import PYTHON_IMAGE
 
     code, lines = run_launcher(
         client,

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from jobs.models import Attempt, DockerHost, TaskRun, TrainingJob
 from jobs.runtime import docker_hosts, engine, follow, logs
-from tests.conftest import BUSYBOX
+from tests.helpers import BUSYBOX
 from tests.test_sampler_clients import Host, returns_within
 
 FRAME = b"2026-12-06T00:00:00.000000001Z the line before the engine stopped\n"

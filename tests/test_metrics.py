@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from jobs.models import Attempt, TaskRun
 from jobs.runtime.metrics import parse
-from tests.conftest import PYTHON_IMAGE, submit_job, wait_for
+from tests.helpers import PYTHON_IMAGE, submit_job, wait_for
 from tests.test_browser import browser, new_page  # noqa: F401
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]

@@ -17,7 +17,7 @@ import pytest
 from jobs.models import Attempt, Phase, TaskRun, TrainingJob
 from jobs.runtime import docker_hosts, schedule, stop
 from jobs.runtime.logs import read_lines, split_frame
-from tests.conftest import describe, submit_job, wait_for, worker_dying_at
+from tests.helpers import describe, submit_job, wait_for, worker_dying_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -315,7 +315,7 @@ def test_a_process_restart_whose_new_run_ends_at_once_completes(demo, worker):
     interleaving depends on timing – seen in full-suite runs, not forced here; the jobs here
     prove the short-restart path completes either way.)"""
     from jobs.models import Phase, TrainingJob
-    from tests.conftest import submit_job, wait_for
+    from tests.helpers import submit_job, wait_for
 
     for n in range(3):
         job = submit_job(

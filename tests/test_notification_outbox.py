@@ -31,7 +31,8 @@ from console.worker_argv import worker_argv
 from jobs import events, tasks
 from jobs.models import EventKind, Notification, Phase, TrainingJob
 from jobs.runtime import reconcile
-from tests.conftest import BUSYBOX, ManagedProcess, _free_port, wait_for
+from tests.helpers import BUSYBOX, wait_for
+from tests.processes import ManagedProcess, free_port
 
 # Rows must be committed: the worker process and the delivering threads read them.
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -82,7 +83,7 @@ class PrivateRedis:
     as a broker that crashed; started again on the same port, it is the broker coming back."""
 
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.dir = tempfile.mkdtemp(prefix="outbox-redis-")
         self.proc: subprocess.Popen | None = None

@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 
 from jobs.models import EventKind, JobEvent, Notification, Phase, TrainingJob
 from jobs.runtime import stop
-from tests.conftest import BUSYBOX, job_container, submit_job, wait_for
+from tests.helpers import BUSYBOX, job_container, submit_job, wait_for
 
 # A test that submits a job has the worker (transactional); the validation cases roll back.
 pytestmark = [pytest.mark.django_db]

@@ -15,7 +15,8 @@ from django.utils import timezone
 
 from jobs.models import Attempt, Phase, TaskRun, TrainingJob
 from jobs.runtime import docker_hosts, reconcile, stop
-from tests.conftest import BUSYBOX, TEST_LABEL, wait_for
+from tests.helpers import BUSYBOX, wait_for
+from tests.pytest_env import TEST_LABEL
 
 pytestmark = [pytest.mark.django_db]
 

@@ -30,7 +30,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from jobs import access
 from jobs.models import DockerHost, Phase, ResourcePool, TrainingJob, Workspace
 from jobs.views.detail import TABS
-from tests.conftest import BUSYBOX, flush_database, make_demo, settle_jobs, submit_job, wait_for
+from tests.demo import make_demo
+from tests.helpers import BUSYBOX, flush_database, settle_jobs, submit_job, wait_for
 from tests.wsclient import connect
 
 # Every test rolls back; the cast's rows are committed once for the module (`made_cast`).

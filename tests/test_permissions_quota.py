@@ -11,7 +11,7 @@ from django.db import connection
 
 from jobs import access
 from jobs.models import Phase, TrainingJob
-from tests.conftest import BUSYBOX, submit_job, wait_for
+from tests.helpers import BUSYBOX, submit_job, wait_for
 from tests.test_permissions import _phase, api_body, api_client, browser, create_form, grant, make_auditor
 
 pytestmark = [pytest.mark.django_db]

@@ -18,7 +18,7 @@ from jobs.models import Attempt, DockerHost, EventKind, Flavor, Phase, ResourceP
 from jobs.runtime import preemption, stop
 from jobs.runtime.placement import Request
 from jobs.runtime.preemption import Candidate, choose_victims, may_preempt
-from tests.conftest import submit_job, wait_for
+from tests.helpers import submit_job, wait_for
 from tests.test_permissions import grant
 
 # -- choosing the victims, on model objects ------------------------------------------------------
@@ -290,7 +290,7 @@ def test_reconcile_stops_a_preempted_attempt_whose_stop_was_lost(demo, worker, d
     from django.utils import timezone
 
     from jobs.runtime import reconcile
-    from tests.conftest import submit_job, wait_for
+    from tests.helpers import submit_job, wait_for
 
     job = submit_job(demo, name="victim", command="sleep 120")
     attempt = wait_for(lambda: Attempt.objects.filter(job=job, state=Attempt.State.RUNNING).first())

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from jobs.models import Attempt, TaskRun, TrainingJob
 from jobs.runtime import docker_hosts, logs
-from tests.conftest import BUSYBOX
+from tests.helpers import BUSYBOX
 
 SIGNATURE = b"NCCL watchdog: collective operation timeout"
 MARKER = b"[console] process exited with code 1; waiting for the supervisor's decision"

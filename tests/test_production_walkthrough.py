@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -22,7 +21,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import BUSYBOX, wait_for
+from tests.helpers import BUSYBOX, wait_for
+from tests.processes import free_port
 from tests.pytest_env import TMP
 
 pytestmark = pytest.mark.integration
@@ -36,12 +36,6 @@ def walkthrough() -> str:
     found = BLOCK.search(README.read_text())
     assert found, "README.md has no walkthrough block"
     return found.group(1)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def clean_env(**values: str) -> dict[str, str]:

@@ -16,7 +16,7 @@ from jobs.models.resources import MAX_POINTS, POINT, Point, Series
 from jobs.runtime import resources
 from jobs.runtime.engine_stats import NO_USAGE, Usage, parse_stats
 from jobs.runtime.hang import Sample
-from tests.conftest import BUSYBOX
+from tests.helpers import BUSYBOX
 
 WEEK_S = 7 * 24 * 3600
 

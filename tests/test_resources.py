@@ -12,7 +12,7 @@ from django.test import Client
 from jobs.models import Phase, ResourceSeries, TaskRun
 from jobs.runtime.engine_stats import parse_stats
 from jobs.runtime.logs import docker_time
-from tests.conftest import PYTHON_IMAGE, submit_job, wait_for
+from tests.helpers import PYTHON_IMAGE, submit_job, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 

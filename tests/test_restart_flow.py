@@ -4,7 +4,7 @@ import pytest
 
 from jobs.models import Phase, TrainingJob
 from jobs.runtime import stop
-from tests.conftest import job_container, submit_job, wait_for
+from tests.helpers import job_container, submit_job, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -19,7 +19,7 @@ from jobs.runtime import docker_hosts, engine, schedule
 from jobs.runtime.layout import DATA_MOUNT_ROOT, layout_environment, runtime_layout
 from jobs.runtime.logs import read_lines
 from jobs.runtime.staging import StagingError, mounts_for, prepare_sources, volume_labels
-from tests.conftest import BUSYBOX, submit_job, wait_for
+from tests.helpers import BUSYBOX, submit_job, wait_for
 from tests.pytest_env import TMP
 
 pytestmark = pytest.mark.django_db(transaction=True)

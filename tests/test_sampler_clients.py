@@ -17,7 +17,8 @@ import pytest
 from django.conf import settings
 
 from jobs.runtime import engine, engine_exec, hang
-from tests.conftest import BUSYBOX, TEST_LABEL
+from tests.helpers import BUSYBOX
+from tests.pytest_env import TEST_LABEL
 
 
 class Host:

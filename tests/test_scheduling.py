@@ -27,7 +27,7 @@ from jobs.models import (
 )
 from jobs.runtime import reconcile, stop
 from jobs.runtime.placement import Request, place
-from tests.conftest import submit_job, wait_for
+from tests.helpers import submit_job, wait_for
 
 # -- the placement function, on model objects ---------------------------------------------
 GPU_NODE = Resources(cpus=64, memory_gb=512, gpus=8)

@@ -32,7 +32,7 @@ from jobs.models import (
     ResourcePool,
     TrainingJob,
 )
-from tests.conftest import BUSYBOX
+from tests.helpers import BUSYBOX
 from tests.spec_cases import ACCEPTED, PUBLISH_NEW, REFUSED, Case, env, tags
 from tests.spec_io import (
     BASE,
@@ -173,35 +173,6 @@ def test_priority_3_with_the_permission_is_accepted_on_both_paths(world, api):
 
 
 # -- env var import from a file -----------------------------------------------------------------------------
-def test_parse_env_file_reads_key_value_lines():
-    text = "# comment\nexport A=1\nB = two words\n\nC='quoted'\nD=\"x=y\"\n"
-    assert v.parse_env_file(text) == [
-        {"name": "A", "value": "1", "sensitive": False},
-        {"name": "B", "value": "two words", "sensitive": False},
-        {"name": "C", "value": "quoted", "sensitive": False},
-        {"name": "D", "value": "x=y", "sensitive": False},
-    ]
-
-
-@pytest.mark.parametrize(
-    "text, existing, needle",
-    [
-        pytest.param("".join(f"V{i}=x\n" for i in range(101)), 0, "at most 100", id="101-lines"),
-        pytest.param("".join(f"V{i}=x\n" for i in range(51)), 50, "already has 50", id="50-plus-51"),
-        pytest.param("A=1\nnot a line\n", 0, "line 2", id="bad-line"),
-        pytest.param("A=1\nA=2\n", 0, "repeated", id="repeated"),
-        pytest.param("1A=1\n", 0, "not a valid name", id="bad-name"),
-    ],
-)
-def test_parse_env_file_refuses_the_whole_file(text, existing, needle):
-    with pytest.raises(Exception) as info:
-        v.parse_env_file(text, existing=existing)
-    assert needle in " ".join(info.value.messages)
-    assert "Nothing was imported" in " ".join(info.value.messages) or "nothing was imported" in " ".join(
-        info.value.messages
-    )
-
-
 def test_form_env_file_import_fails_whole_beyond_100_and_fills_up_to_100(world):
     values = {**BASE, "environments": env(50)}
     over = SimpleUploadedFile("env.txt", "".join(f"IMPORTED_{i}=x\n" for i in range(51)).encode())
@@ -427,28 +398,6 @@ def test_measure_counts_size_files_and_depth(obs_root, settings):
     for bad in ("obs://bucket/../etc/", "s3://bucket/x/", "obs://UPPER/x/"):
         with pytest.raises(storage.StorageError):
             storage.local_path(bad)
-
-
-def test_code_browser_lists_reads_and_edits_by_suffix(obs_root, settings, tmp_path):
-    settings.OBJECT_STORAGE_ROOT = str(tmp_path)
-    (tmp_path / "b01" / "code" / "sub").mkdir(parents=True)
-    (tmp_path / "b01" / "code" / "train.py").write_text("print(1)\n")
-    (tmp_path / "b01" / "code" / "run.log").write_text("log\n")
-    (tmp_path / "b01" / "code" / "model.bin").write_bytes(b"\0")
-    entries = storage.listdir("obs://b01/code/")
-    assert [(e.name, e.is_dir, e.editable, e.viewable) for e in entries] == [
-        ("sub", True, False, False),
-        ("model.bin", False, False, False),
-        ("run.log", False, False, True),
-        ("train.py", False, True, True),
-    ]
-    storage.write_text("obs://b01/code/train.py", "print(2)\n")
-    assert storage.read_text("obs://b01/code/train.py") == "print(2)\n"
-    assert storage.read_text("obs://b01/code/run.log") == "log\n"
-    with pytest.raises(storage.StorageError):
-        storage.write_text("obs://b01/code/run.log", "x")
-    with pytest.raises(storage.StorageError):
-        storage.read_text("obs://b01/code/model.bin")
 
 
 def test_runtime_layout_previews_the_directories(world):

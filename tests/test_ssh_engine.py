@@ -20,7 +20,8 @@ import pytest
 from jobs.models import DockerHost
 from jobs.runtime import engine, engine_exec
 from jobs.runtime.timed_pipes import PipeReader
-from tests.conftest import BUSYBOX, TEST_LABEL
+from tests.helpers import BUSYBOX
+from tests.pytest_env import TEST_LABEL
 from tests.test_follower_calls_bounded import followed_through_a_bounded_client
 
 FAKE_SSH = """#!{python}

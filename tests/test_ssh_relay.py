@@ -16,7 +16,7 @@ from django.test import Client
 
 from jobs.models import KeyPair, TaskRun
 from jobs.runtime import ssh
-from tests.conftest import PYTHON_IMAGE, submit_job, wait_for
+from tests.helpers import PYTHON_IMAGE, submit_job, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,7 +12,7 @@ import pytest
 
 from jobs.models import Attempt, Phase, TaskRun
 from jobs.runtime import cleanup, docker_hosts, engine, staging, standby, stop
-from tests.conftest import BUSYBOX, submit_job, wait_for
+from tests.helpers import BUSYBOX, submit_job, wait_for
 from tests.pytest_env import TMP
 from tests.test_host_paths import dedicated_pool, ended, host_dir, unsaved
 
@@ -195,7 +195,7 @@ def test_a_key_pair_deleted_while_the_job_ran_gives_no_access_through_its_standb
     (Called here directly: a real restart would also make the next standby, which rewrites them.)"""
     from jobs.models import KeyPair, TrainingJob
     from jobs.runtime import ssh
-    from tests.conftest import PYTHON_IMAGE
+    from tests.helpers import PYTHON_IMAGE
 
     _, public = ssh.generate_key_pair("owner@laptop")
     pair = KeyPair.objects.create(owner=demo.owner, name="laptop", public_key=public.decode().strip())

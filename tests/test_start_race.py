@@ -16,7 +16,8 @@ from django.utils import timezone
 
 from jobs.models import Attempt, Phase, TaskRun, TrainingJob
 from jobs.runtime import decide, docker_hosts, schedule, start, stop
-from tests.conftest import BUSYBOX, TEST_LABEL
+from tests.helpers import BUSYBOX
+from tests.pytest_env import TEST_LABEL
 
 pytestmark = [pytest.mark.django_db]
 

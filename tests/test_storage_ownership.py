@@ -20,7 +20,7 @@ from jobs import storage
 from jobs.models import Phase
 from jobs.runtime import schedule
 from jobs.runtime.staging import prepare_sources
-from tests.conftest import BUSYBOX, wait_for
+from tests.helpers import BUSYBOX, wait_for
 from tests.test_runtime_fields import bucket, dedicated_pool, ended, instance_of, log_texts, run_of, unsaved
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="ownership needs a console running as root")

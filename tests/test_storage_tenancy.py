@@ -36,7 +36,7 @@ from jobs.models import (
 )
 from jobs.runtime import outputs
 from jobs.runtime.staging import StagingError, mounts_for, prepare_sources
-from tests.conftest import BUSYBOX
+from tests.helpers import BUSYBOX
 from tests.spec_io import BASE, DEDICATED, World, form_for, to_body
 
 # The host paths' snapshot() also records owners and link targets: a refusal changes none of those either.

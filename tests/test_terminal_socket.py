@@ -14,7 +14,7 @@ from websockets.exceptions import ConnectionClosed
 from jobs.models import EventKind, JobEvent, TaskRun
 from jobs.runtime import stop
 from jobs.terminal import CLOSE_ENDED, CLOSE_FORBIDDEN, CLOSE_TOO_MANY
-from tests.conftest import running_instance, submit_job, wait_for
+from tests.helpers import running_instance, submit_job, wait_for
 from tests.test_websockets import open_socket, refused
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]

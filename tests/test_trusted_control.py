@@ -17,7 +17,7 @@ from jobs.models import Attempt, DockerHost, EventKind, Phase, TaskRun, Training
 from jobs.runtime import docker_hosts, reconcile, start
 from jobs.runtime import stop as stopping
 from jobs.runtime.logs import read_lines
-from tests.conftest import BUSYBOX, submit_job, wait_for, worker_dying_at
+from tests.helpers import BUSYBOX, submit_job, wait_for, worker_dying_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,7 +9,7 @@ from django.conf import settings
 
 from jobs.models import Phase, TaskRun, TrainingJob
 from jobs.runtime.logs import read_lines
-from tests.conftest import submit_job, wait_for
+from tests.helpers import submit_job, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

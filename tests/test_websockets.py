@@ -11,7 +11,7 @@ from django.test import Client
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from jobs.models import Phase, TrainingJob
-from tests.conftest import job_container, submit_job, wait_for
+from tests.helpers import job_container, submit_job, wait_for
 from tests.wsclient import connect
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]

@@ -14,7 +14,7 @@ from django.test import Client
 from jobs import wizard
 from jobs.forms import JobCreateForm
 from jobs.models import PresetTemplate, ResourcePool, TrainingJob
-from tests.conftest import BUSYBOX
+from tests.helpers import BUSYBOX
 
 # A test that submits a job has the worker (transactional: it settles the jobs it starts); the rest roll back.
 pytestmark = [pytest.mark.django_db]
@@ -312,7 +312,7 @@ def test_submit_creates_the_job_or_shows_the_first_step_with_errors(demo, owner_
 
 @runs_jobs
 def test_copy_prefills_from_a_visible_job_only(demo, owner_client):
-    from tests.conftest import submit_job
+    from tests.helpers import submit_job
 
     job = submit_job(
         demo,
@@ -344,7 +344,7 @@ def test_the_pool_picker_shows_what_each_dedicated_pool_has_free(demo, owner_cli
 
 @runs_jobs
 def test_the_job_page_shows_every_setting_grouped_like_the_wizard(demo, owner_client):
-    from tests.conftest import submit_job
+    from tests.helpers import submit_job
 
     job = submit_job(
         demo,

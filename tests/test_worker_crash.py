@@ -7,7 +7,7 @@ import pytest
 
 from jobs.models import Attempt, Phase, TaskRun, TrainingJob
 from jobs.runtime.logs import read_lines
-from tests.conftest import submit_job, wait_for
+from tests.helpers import submit_job, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 

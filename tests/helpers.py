@@ -1,0 +1,185 @@
+"""What the tests do with the real system: submit a job the way the form and the API do, wait for
+the system (never sleep), settle every job after a test, find a job's container and instance, make
+the worker die or pause at a point, and remove what this session left in Docker (by its label)."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+import docker
+
+from tests.pytest_env import TEST_LABEL
+
+BUSYBOX = "console/busybox:latest"
+PYTHON_IMAGE = "console/python:3.11"
+
+
+def remove_test_containers(client) -> None:
+    # sparse: a full listing inspects each container and fails on one removed meanwhile.
+    for container in client.containers.list(all=True, sparse=True, filters={"label": "=".join(TEST_LABEL)}):
+        try:
+            container.remove(force=True)
+        except docker.errors.APIError:
+            pass
+    # The jobs' /cache and NFS volumes carry the session's label too (staging.volume_labels).
+    for volume in client.volumes.list(filters={"label": "=".join(TEST_LABEL)}):
+        try:
+            volume.remove(force=True)
+        except docker.errors.APIError:
+            pass
+    # And the multi-instance jobs' own networks (docker_hosts.job_network, one per attempt).
+    for network in client.networks.list(filters={"label": "=".join(TEST_LABEL)}):
+        try:
+            network.remove()
+        except docker.errors.APIError:
+            pass
+
+
+def flush_database() -> None:
+    """Every row gone (what pytest-django does after a transactional test)."""
+    from django.core.management import call_command
+
+    call_command("flush", interactive=False, verbosity=0)
+
+
+def wait_for(predicate, timeout: float = 30, interval: float = 0.1, message: str = "condition"):
+    """Poll the real system until predicate() is truthy (no sleeps in tests)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+@contextmanager
+def worker_dying_at(celery_worker_process, monkeypatch, point: str):
+    """The worker restarted to SIGKILL itself at `point` (jobs/runtime/faults.py crash_point): the
+    block submits what reaches it and waits for the death; afterwards the worker runs again,
+    without the crash point."""
+    celery_worker_process.stop()
+    monkeypatch.setenv("CONSOLE_CRASH_AT", point)
+    celery_worker_process.start()
+    monkeypatch.delenv("CONSOLE_CRASH_AT")
+    try:
+        yield lambda: wait_for(
+            lambda: celery_worker_process.proc.poll() is not None, timeout=40, message="the worker to die"
+        )
+    finally:
+        celery_worker_process.ensure_running()
+
+
+@contextmanager
+def worker_pausing_at(celery_worker_process, monkeypatch, point: str, seconds: float):
+    """The worker restarted to sleep `seconds` at `point` (jobs/runtime/faults.py pause_point)
+    for the block; afterwards it is restarted without the pause."""
+    celery_worker_process.stop()
+    monkeypatch.setenv("CONSOLE_PAUSE_AT", point)
+    monkeypatch.setenv("CONSOLE_PAUSE_S", str(seconds))
+    celery_worker_process.start()
+    monkeypatch.delenv("CONSOLE_PAUSE_AT")
+    monkeypatch.delenv("CONSOLE_PAUSE_S")
+    try:
+        yield
+    finally:
+        celery_worker_process.stop()
+        celery_worker_process.start()
+
+
+def settle_jobs(timeout: float = 60, docker_client=None) -> None:
+    """Stop every unfinished job and wait until no worker is busy with any of them
+    and (given a Docker client) none of their containers is left."""
+    from jobs.models import FINAL_PHASES, Attempt, TaskRun, TrainingJob
+    from jobs.runtime import stop
+
+    for job_id in TrainingJob.objects.exclude(phase__in=FINAL_PHASES).values_list("id", flat=True):
+        stop.request_terminate(job_id)
+
+    def quiet() -> bool:
+        return (
+            not TrainingJob.objects.exclude(phase__in=FINAL_PHASES).exists()
+            and not Attempt.objects.filter(state__in=[Attempt.State.STARTING, Attempt.State.RUNNING]).exists()
+            and not TaskRun.objects.filter(follower_token__isnull=False).exists()
+        )
+
+    def no_containers() -> bool:
+        # sparse: a plain list inspects each container and fails on one removed meanwhile.
+        return not docker_client.containers.list(all=True, sparse=True, filters={"label": "=".join(TEST_LABEL)})
+
+    try:
+        wait_for(quiet, timeout=timeout, interval=0.2, message="every job final and no follower left")
+        if docker_client is not None:
+            wait_for(no_containers, timeout=timeout, interval=0.2, message="no container left")
+    except AssertionError as exc:
+        left = []
+        if docker_client is not None:
+            for c in docker_client.containers.list(all=True, sparse=True, filters={"label": "=".join(TEST_LABEL)}):
+                labels = c.attrs.get("Labels") or {}
+                left.append(
+                    f"  container {(c.attrs.get('Names') or ['?'])[0]} {c.attrs.get('State')} "
+                    f"job={labels.get('console.job')} attempt={labels.get('console.attempt')}"
+                )
+        raise AssertionError(f"{exc}:\n{describe()}\n" + "\n".join(left)) from None
+
+
+def describe() -> str:
+    """Where each job of the test stands, for a failure message."""
+    from jobs.models import TaskRun, TrainingJob
+
+    out = []
+    for job in TrainingJob.objects.order_by("created_at"):
+        out.append(f"job {job.name} {job.id}: {job.phase} terminate={job.terminate_requested} {job.phase_reason!r}")
+        for attempt in job.attempts.order_by("number"):
+            out.append(f"  attempt {attempt.number} {attempt.state} {attempt.outcome!r} level={attempt.level}")
+            for run in TaskRun.objects.filter(attempt=attempt):
+                out.append(
+                    f"    run {run.index} {run.state} exit={run.exit_code} follower={run.follower_token} "
+                    f"lines={run.log_lines} {run.error!r}"
+                )
+    return "\n".join(out)
+
+
+def job_container(docker_client, job_id):
+    """The job's running container, or None. A fault-tolerant job also runs its next attempt's
+    standby (jobs/runtime/standby.py, armed: its launcher waits for a restart's go): the job's own
+    container is the one of the lowest attempt. Sparse: a full listing inspects each container
+    and fails on one removed meanwhile; the container is then inspected by its id."""
+    listed = docker_client.containers.list(sparse=True, filters={"label": f"console.job={job_id}"})
+    if not listed:
+        return None
+    first = min(listed, key=lambda c: int((c.attrs.get("Labels") or {}).get("console.attempt", 0)))
+    try:
+        return docker_client.containers.get(first.id)
+    except docker.errors.NotFound:
+        return None
+
+
+def running_instance(job, index: int = 0, timeout: float = 60):
+    """The job's instance `index` (its task run) once it runs in its container."""
+    from jobs.models import TaskRun
+
+    return wait_for(
+        lambda: (
+            TaskRun.objects.filter(attempt__job=job, index=index, state=TaskRun.State.RUNNING)
+            .exclude(container_id="")
+            .first()
+        ),
+        timeout=timeout,
+        message=f"worker-{index} running",
+    )
+
+
+def submit_job(demo, **fields):
+    """Create a job the way the form and the API do (full_clean, save, submit)."""
+    from jobs.models import TrainingJob
+    from jobs.runtime import schedule
+
+    defaults = dict(workspace=demo.workspace, created_by=demo.owner, name="job", image=BUSYBOX, command="echo hi")
+    job = TrainingJob(**(defaults | fields))
+    job.full_clean()
+    job.save()
+    schedule.submit(job)
+    return job
