@@ -93,3 +93,18 @@ def test_no_application_module_is_over_500_lines():
     for path in application_modules():
         lines = len(path.read_text().splitlines())
         assert lines <= 500, f"{path.relative_to(ROOT)} has {lines} lines"
+
+
+def test_no_test_or_benchmark_module_is_over_500_lines():
+    """The same limit for the suite and the benchmarks: a test file past it holds two subjects."""
+    for folder in ("tests", "bench"):
+        for path in sorted((ROOT / folder).glob("*.py")):
+            lines = len(path.read_text().splitlines())
+            assert lines <= 500, f"{path.relative_to(ROOT)} has {lines} lines"
+
+
+def test_tests_import_helpers_from_modules_not_from_conftest():
+    """conftest.py is pytest's (hooks and fixtures); what a test calls lives in a module of its own
+    (tests/helpers.py, demo.py, processes.py, second_engine.py)."""
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        assert "tests.conftest" not in imported_modules(path), f"{path.relative_to(ROOT)} imports tests.conftest"

@@ -13,7 +13,7 @@ from playwright.sync_api import Page, expect
 from jobs.models import Phase, TrainingJob, UserPreference
 from tests.helpers import BUSYBOX, wait_for
 from tests.test_browser import ARTIFACTS, browser, page_maker  # noqa: F401
-from tests.wizard_page import htmx_idle
+from tests.wizard_page import htmx_idle, step
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -44,13 +44,6 @@ def fits(page: Page) -> None:
         }"""
     )
     assert not overflow["wide"] and not overflow["cut"], overflow
-
-
-def step(page: Page, title: str):
-    section = page.locator("section.step:not([hidden])")
-    expect(section.get_by_role("heading", level=2)).to_contain_text(title)
-    htmx_idle(page)
-    return section
 
 
 def next_step(page: Page, title: str):
