@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Supervisor scale: 10, 50, 100 and 200 running instances (busybox, one line a second
 each) on ONE worker process. At each size: the worker's CPU, RSS and threads; Stop ->
-Terminated and failure -> restarted latencies (p50/p95); at the end, every line of every
+Terminated and failure -> restarted latencies (p50/p95 over rounds x probes of each: the
+p95 of ten is their slowest, one hiccup of the machine's); at the end, every line of every
 run persisted once, in order.
 
 Targets (issue "One supervisor that scales"): 200 instances on one worker; the latencies
@@ -11,7 +12,7 @@ is missed.
 Runs the production stack (PostgreSQL + Redis + a separate Celery worker and daphne;
 bench/_stack.py). Each instance is one single-instance job with fault tolerance on.
 
-    .venv/bin/python bench/supervisor_scale.py [--sizes 10,50,100,200] [--probes 10]
+    .venv/bin/python bench/supervisor_scale.py [--sizes 10,50,100,200] [--probes 10] [--rounds 4]
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._scale_parts import KILLED, POSTED, SEEN, pool_waits, restart_breakdown, stop_breakdown  # noqa: E402
 from bench._stack import BUSYBOX, Stack, percentile  # noqa: E402
 from bench._trace import enable_docker_trace  # noqa: E402
 
@@ -138,46 +140,19 @@ def settled_stop(stack: Stack, client, job_id: str) -> float:
     return latency
 
 
-POSTED: dict[str, float] = {}  # job id -> wall time of its Stop's POST
+def retire(stack: Stack, client, running: list[str], job_ids: list[str]) -> None:
+    """End jobs a round already killed (outside any measured window) and take them out of
+    `running`: the next round kills jobs never killed before, in their place."""
+    from jobs.models import FINAL_PHASES, TrainingJob
 
-
-def stop_breakdown(trace_path: Path, job_ids: list[str]) -> dict[str, list[float]]:
-    """Where each stop's time went (ms), from the database's timestamps, the engine's FinishedAt
-    and the worker's traced Docker calls: the request, the worker's stop call, the container's
-    exit, the job's end."""
-    from jobs.models import TaskRun, TrainingJob
-
-    calls = []
-    looks = []  # (start, end, thread, path) of the worker's inspects: the stop's own look-up
-    if trace_path.exists():
-        for line in trace_path.read_text().splitlines():
-            parts = line.split(" ", 5)
-            if len(parts) == 6 and parts[4] == "POST" and "/stop" in parts[5]:
-                calls.append((int(parts[0]) / 1e9, int(parts[1]) / 1e9, parts[5], parts[3]))
-            elif len(parts) == 6 and parts[4] == "GET" and parts[5].split("?")[0].endswith("/json"):
-                looks.append((int(parts[0]) / 1e9, int(parts[1]) / 1e9, parts[3]))
-    out: dict[str, list[float]] = {}
     for job_id in job_ids:
-        job = TrainingJob.objects.get(id=job_id)
-        run = TaskRun.objects.filter(attempt__job_id=job_id, ended_at__isnull=False).order_by("-ended_at").first()
-        stop = next((c for c in calls if run and run.container_id and run.container_id in c[2]), None)
-        if run is None or stop is None or job.ended_at is None:
-            continue
-        requested = job.terminate_requested_at.timestamp()
-        # The stop task's calls before its stop (same thread, after the request): the look-ups.
-        before = [c for c in looks if c[2] == stop[3] and requested <= c[0] and c[1] <= stop[0]]
-        first_call = min((c[0] for c in before), default=stop[0])
-        marks = [
-            ("request", POSTED[job_id], requested),
-            ("queued -> first engine call", requested, first_call),
-            ("look-ups before the stop", first_call, stop[0]),
-            ("stop call -> exit", stop[0], run.ended_at.timestamp()),
-            ("exit -> stop call returned", run.ended_at.timestamp(), stop[1]),
-            ("stop returned -> Terminated", stop[1], job.ended_at.timestamp()),
-        ]
-        for what, a, b in marks:
-            out.setdefault(what, []).append((b - a) * 1000)
-    return out
+        stack.api("POST", f"/training-jobs/{job_id}/actions", json={"action_type": "terminate"})
+    ended = TrainingJob.objects.filter(id__in=job_ids).exclude(phase__in=FINAL_PHASES)
+    wait(lambda: not ended.exists(), 120, "the killed jobs ended")
+    for job_id in job_ids:  # one label each: several label filters must all match
+        label = {"label": f"console.job={job_id}"}
+        wait(lambda label=label: not client.containers.list(all=True, sparse=True, filters=label), 60, "gone")
+        running.remove(job_id)
 
 
 def restart_latency(client, job_id: str) -> float:
@@ -202,71 +177,6 @@ def restart_latency(client, job_id: str) -> float:
     )
     SEEN[job_id] = time.time()
     return time.monotonic() - t0
-
-
-def pool_waits(path: Path, start: float, end: float) -> list[float]:
-    """The worker's waits for a pooled database connection (over 2 ms) that began in the window, ms."""
-    out = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            parts = line.split(" ", 2)
-            if len(parts) == 3 and start <= int(parts[0]) / 1e9 <= end:
-                out.append((int(parts[1]) - int(parts[0])) / 1e6)
-    return out
-
-
-KILLED: dict[str, tuple[float, float, int]] = {}  # job id -> wall times around the kill, the attempt
-SEEN: dict[str, float] = {}  # job id -> wall time the bench saw the next attempt's run running
-
-
-def restart_breakdown(trace_path: Path, job_ids: list[str]) -> dict[str, list[float]]:
-    """Where each restart's time went (ms), from the engine's FinishedAt, the database's timestamps
-    and the worker's traced Docker calls: the kill, the follower's look at the ended container and
-    its last read of the log, the decision, the look-up of the armed standby, the take-over."""
-    from jobs.models import Attempt, TaskRun
-
-    calls = []  # (start, end, path) of the worker's container calls
-    if trace_path.exists():
-        for line in trace_path.read_text().splitlines():
-            parts = line.split(" ", 5)
-            if len(parts) == 6 and "/containers/" in parts[5]:
-                calls.append((int(parts[0]) / 1e9, int(parts[1]) / 1e9, parts[5].split("?")[0]))
-    out: dict[str, list[float]] = {}
-    for job_id in job_ids:
-        if job_id not in KILLED or job_id not in SEEN:
-            continue
-        killed_at, kill_returned, number = KILLED[job_id]
-        dead = TaskRun.objects.filter(attempt__job_id=job_id, attempt__number=number, index=0).first()
-        ended = Attempt.objects.filter(job_id=job_id, number=number).first()
-        nxt = (
-            TaskRun.objects.select_related("attempt").filter(attempt__job_id=job_id, attempt__number=number + 1).first()
-        )
-        known = dead and dead.container_id and dead.ended_at and ended and ended.ended_at
-        if not (known and nxt and nxt.attempt.started_at):
-            continue
-        exit_at = dead.ended_at.timestamp()
-        on_dead = [c for c in calls if dead.container_id in c[2] and c[0] >= exit_at - 0.05]
-        looked = min((c[0] for c in on_dead), default=None)
-        last_read = max((c[1] for c in on_dead if c[1] <= ended.ended_at.timestamp()), default=None)
-        lookup = next(
-            (c for c in calls if c[2].endswith(f"/containers/{nxt.container_name}/json") and c[0] >= exit_at), None
-        )
-        if looked is None or last_read is None or lookup is None:
-            continue
-        marks = [
-            ("kill call", killed_at, kill_returned),
-            ("kill returned -> exit", kill_returned, exit_at),
-            ("exit -> follower's look", exit_at, looked),
-            ("look + last read of the log", looked, last_read),
-            ("-> attempt decided", last_read, ended.ended_at.timestamp()),
-            ("decided -> standby looked up", ended.ended_at.timestamp(), lookup[0]),
-            ("standby look-up", lookup[0], lookup[1]),
-            ("take-over -> running", lookup[1], nxt.attempt.started_at.timestamp()),
-            ("running -> seen", nxt.attempt.started_at.timestamp(), SEEN[job_id]),
-        ]
-        for what, a, b in marks:
-            out.setdefault(what, []).append((b - a) * 1000)
-    return out
 
 
 BARE_TICKER = "trap 'exit 0' TERM; " + TICKER.replace("sleep 1", "sleep 1 & wait $!")
@@ -321,10 +231,22 @@ def check_lines() -> tuple[int, int, list[str]]:
     return runs, lines, problems
 
 
+def steps(values: list[float]) -> str:
+    """A step's times over the probes (ms): each probe's where there are at most ten, else the spread."""
+    if len(values) <= 10:
+        return " ".join(f"{v:6.0f}" for v in values) + " ms"
+    ordered = sorted(values)
+    spread = f"p50 {percentile(ordered, 50):4.0f}  p95 {percentile(ordered, 95):4.0f}  max {ordered[-1]:4.0f}"
+    return f"{spread} ms (n={len(values)})"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10,50,100,200")
-    parser.add_argument("--probes", type=int, default=10, help="stops and kills measured at each size")
+    parser.add_argument("--probes", type=int, default=10, help="stops and kills measured in each round")
+    parser.add_argument(
+        "--rounds", type=int, default=4, help="rounds of probes at each size (the p95 of 10 probes is their slowest)"
+    )
     parser.add_argument("--settle-s", type=float, default=10, help="CPU is measured over this window")
     parser.add_argument("--database", default=f"console_bench_scale_{os.getpid()}")
     parser.add_argument("--keep-db", action="store_true")
@@ -349,38 +271,54 @@ def main() -> int:
         running: list[str] = []
         made = 0
         for size in sizes:
-            # The size's instances, plus the probes that are stopped (the kills restart in place).
-            while len(running) < size + args.probes:
-                made += 1
-                running.append(create_job(stack, f"scale-{made:04d}"))
-            up = wait(lambda: followed_and_running(running), 600, f"{len(running)} instances running", 0.5)
-            # Measured in the steady state: every instance's standby made (their creates are
-            # housekeeping work that a long run does once, right after it starts).
-            standby_s = 0.0
-            if os.environ.get("CONSOLE_STANDBY_CONTAINERS", "1") != "0":
-                standby_s = wait(lambda: standbys_made(client, running), 600, f"{len(running)} standbys", 0.5)
-            time.sleep(2)
-            cpu0, t0, (idle0, total0) = cpu_seconds(pid), time.monotonic(), machine_ticks()
-            time.sleep(args.settle_s)
-            cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
-            idle1, total1 = machine_ticks()
-            machine_idle = 100 * (idle1 - idle0) / max(1, total1 - total0)
-            now = status(pid)
-            window = (time.time(), None)
-            kills = [restart_latency(client, job_id) for job_id in running[: args.probes]]
-            window = (window[0], time.time())
-            if os.environ.get("CONSOLE_STANDBY_CONTAINERS", "1") != "0":
-                # The restarted jobs' next standbys are made STANDBY_AFTER_S later: the stops are
-                # measured once they are there again (with 20 probes, their creates fell into the
-                # stops' window and doubled the stop p50 at 200).
-                wait(lambda: standbys_made(client, running), 120, "the restarted jobs' standbys", 0.5)
-            stop_window = (time.time(), None)
-            stops = [settled_stop(stack, client, job_id) for job_id in running[-args.probes :]]
-            stop_window = (stop_window[0], time.time())
-            bare = sorted(bare_stop_latency(client, stack) for _ in range(args.probes))
-            parts = stop_breakdown(trace_path, running[-args.probes :])
-            restart_parts = restart_breakdown(trace_path, running[: args.probes])
-            del running[-args.probes :]
+            standbys = os.environ.get("CONSOLE_STANDBY_CONTAINERS", "1") != "0"
+            stops, kills, bare, stopped, killed_now = [], [], [], [], []
+            window: list[tuple[float, float]] = []
+            stop_window: list[tuple[float, float]] = []
+            for round_ in range(args.rounds):
+                # Each round kills `probes` jobs never killed before (a job killed twice within the
+                # stable window would restart a level up: another path) and stops `probes` fresh
+                # ones, with `size + probes` running throughout. Where too few were never killed
+                # (the small sizes), killed ones are ended first and fresh ones take their place.
+                while True:
+                    while len(running) < size + args.probes:
+                        made += 1
+                        running.append(create_job(stack, f"scale-{made:04d}"))
+                    targets = [job_id for job_id in running[: -args.probes] if job_id not in KILLED][: args.probes]
+                    if len(targets) == args.probes:
+                        break
+                    retire(stack, client, running, [j for j in running if j in KILLED][: args.probes - len(targets)])
+                followed_s = wait(lambda: followed_and_running(running), 600, f"{len(running)} running", 0.5)
+                # Measured in the steady state: every instance's standby made (their creates are
+                # housekeeping work that a long run does once, right after it starts).
+                made_s = wait(lambda: standbys_made(client, running), 600, "standbys", 0.5) if standbys else 0.0
+                time.sleep(2)
+                if round_ == 0:  # the size's start-up, CPU and memory: from its first round
+                    up, standby_s = followed_s, made_s
+                    cpu0, t0, (idle0, total0) = cpu_seconds(pid), time.monotonic(), machine_ticks()
+                    time.sleep(args.settle_s)
+                    cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
+                    idle1, total1 = machine_ticks()
+                    machine_idle = 100 * (idle1 - idle0) / max(1, total1 - total0)
+                    now = status(pid)
+                started = time.time()
+                kills += [restart_latency(client, job_id) for job_id in targets]
+                window.append((started, time.time()))
+                killed_now += targets
+                if standbys:
+                    # The restarted jobs' next standbys are made STANDBY_AFTER_S later: the stops are
+                    # measured once they are there again (with 20 probes, their creates fell into the
+                    # stops' window and doubled the stop p50 at 200).
+                    wait(lambda: standbys_made(client, running), 120, "the restarted jobs' standbys", 0.5)
+                started = time.time()
+                stops += [settled_stop(stack, client, job_id) for job_id in running[-args.probes :]]
+                stop_window.append((started, time.time()))
+                stopped += running[-args.probes :]
+                bare += [bare_stop_latency(client, stack) for _ in range(args.probes)]
+                del running[-args.probes :]
+            bare.sort()
+            parts = stop_breakdown(trace_path, stopped)
+            restart_parts = restart_breakdown(trace_path, killed_now)
             rss_per = (now["VmRSS"] - idle["VmRSS"]) / 1024 / len(running)
             rows.append(
                 {
@@ -397,8 +335,8 @@ def main() -> int:
                     "restart": sorted(kills),
                     "stop_parts": parts,
                     "restart_parts": restart_parts,
-                    "pool_waits": pool_waits(pool_trace, *window),
-                    "stop_pool_waits": pool_waits(pool_trace, *stop_window),
+                    "pool_waits": pool_waits(pool_trace, window),
+                    "stop_pool_waits": pool_waits(pool_trace, stop_window),
                 }
             )
             r = rows[-1]
@@ -413,7 +351,7 @@ def main() -> int:
                 flush=True,
             )
             for what, values in parts.items():
-                print(f"      stop: {what:<30} " + " ".join(f"{v:6.0f}" for v in values) + " ms", flush=True)
+                print(f"      stop: {what:<30} {steps(values)}", flush=True)
             for during, waits in (("restarts", r["pool_waits"]), ("stops", r["stop_pool_waits"])):
                 print(
                     f"      waits for a pooled database connection over 2 ms during the {during}: "
@@ -421,7 +359,7 @@ def main() -> int:
                     flush=True,
                 )
             for what, values in restart_parts.items():
-                print(f"      restart: {what:<30} " + " ".join(f"{v:6.0f}" for v in values) + " ms", flush=True)
+                print(f"      restart: {what:<30} {steps(values)}", flush=True)
         for job_id in running:
             stack.api("POST", f"/training-jobs/{job_id}/actions", json={"action_type": "terminate"})
         from jobs.models import FINAL_PHASES, TrainingJob
