@@ -270,8 +270,8 @@ def main() -> int:
         idle = status(pid)
         running: list[str] = []
         made = 0
+        standbys = os.environ.get("CONSOLE_STANDBY_CONTAINERS", "1") != "0"
         for size in sizes:
-            standbys = os.environ.get("CONSOLE_STANDBY_CONTAINERS", "1") != "0"
             stops, kills, bare, stopped, killed_now = [], [], [], [], []
             window: list[tuple[float, float]] = []
             stop_window: list[tuple[float, float]] = []

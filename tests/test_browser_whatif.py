@@ -11,8 +11,7 @@ from playwright.sync_api import Page, expect
 
 from jobs.models import TrainingJob
 from tests.test_browser import browser, log_in, new_page, press_and_hold  # noqa: F401
-from tests.test_browser_wizard import shot
-from tests.wizard_page import htmx_idle, open_wizard, step
+from tests.wizard_page import htmx_idle, open_wizard, shot, step
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -6,26 +6,20 @@ from __future__ import annotations
 import re
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import expect
 
 from jobs.models import Phase, PresetTemplate, ResourcePool, TrainingJob
 from tests.helpers import BUSYBOX, wait_for
 from tests.test_browser import (  # noqa: F401
-    ARTIFACTS,
     assert_not_reloaded,
     browser,
     log_in,
     mark_document,
     new_page,
-    press_and_hold,
 )
-from tests.wizard_page import next_step, open_wizard, step
+from tests.wizard_page import next_step, open_wizard, shot, step
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def shot(page: Page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"wizard-{name}.png"), full_page=True)
 
 
 def test_walk_every_step_with_a_scenario_and_submit(demo, new_page, docker_client):  # noqa: F811

@@ -7,6 +7,8 @@ import re
 
 from playwright.sync_api import Page, expect
 
+from tests.test_browser import ARTIFACTS
+
 HTMX_BUSY = ".htmx-request, .htmx-swapping, .htmx-settling, .htmx-added"
 
 
@@ -35,3 +37,8 @@ def open_wizard(page: Page) -> None:
     page.get_by_role("navigation").get_by_role("link", name="Create training job").click()
     expect(page.get_by_role("heading", name="Create training job")).to_be_visible()
     step(page, "Training mode")
+
+
+def shot(page: Page, name: str) -> None:
+    """A full-page screenshot: test-artifacts/wizard-<name>.png."""
+    page.screenshot(path=str(ARTIFACTS / f"wizard-{name}.png"), full_page=True)
