@@ -4,7 +4,11 @@ Docker calls (bench/_trace.py); and the worker's waits for a pooled database con
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
+
+HZ = os.sysconf("SC_CLK_TCK")
 
 POSTED: dict[str, float] = {}  # job id -> wall time of its Stop's POST
 
@@ -112,3 +116,35 @@ def restart_breakdown(trace_path: Path, job_ids: list[str]) -> dict[str, list[fl
         for what, a, b in marks:
             out.setdefault(what, []).append((b - a) * 1000)
     return out
+
+
+def _process_ticks() -> dict[tuple[int, int], tuple[str, int]]:
+    """Every process's kind and CPU ticks so far, its reaped children's included (a container's
+    `sleep 1` is charged to the shell that waited for it), keyed by (pid, start time)."""
+    from bench.suite_cpu import _cmdline, _kind
+
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+        out[(int(name), int(fields[19]))] = (_kind(int(name), _cmdline(int(name))), ticks)
+    return out
+
+
+def cpu_by_kind(seconds: float) -> dict[str, float]:
+    """Where the machine's CPU went over the next `seconds`, by kind of process (percent of one
+    core). A process that started and ended in the window is missed unless a survivor reaped it."""
+    before = _process_ticks()
+    time.sleep(seconds)
+    after = _process_ticks()
+    spent: dict[str, float] = {}
+    for key, (kind, ticks) in after.items():
+        used = ticks - before.get(key, (kind, 0))[1]
+        if used > 0:
+            spent[kind] = spent.get(kind, 0.0) + used / HZ / seconds * 100
+    return dict(sorted(spent.items(), key=lambda kv: -kv[1]))

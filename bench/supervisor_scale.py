@@ -27,7 +27,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._scale_parts import KILLED, POSTED, SEEN, pool_waits, restart_breakdown, stop_breakdown  # noqa: E402
+from bench._scale_parts import (  # noqa: E402
+    KILLED,
+    POSTED,
+    SEEN,
+    cpu_by_kind,
+    pool_waits,
+    restart_breakdown,
+    stop_breakdown,
+)
 from bench._stack import BUSYBOX, Stack, percentile  # noqa: E402
 from bench._trace import enable_docker_trace  # noqa: E402
 
@@ -296,7 +304,7 @@ def main() -> int:
                 if round_ == 0:  # the size's start-up, CPU and memory: from its first round
                     up, standby_s = followed_s, made_s
                     cpu0, t0, (idle0, total0) = cpu_seconds(pid), time.monotonic(), machine_ticks()
-                    time.sleep(args.settle_s)
+                    by_kind = cpu_by_kind(args.settle_s)
                     cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
                     idle1, total1 = machine_ticks()
                     machine_idle = 100 * (idle1 - idle0) / max(1, total1 - total0)
@@ -348,6 +356,11 @@ def main() -> int:
                 f"{r['threads']} threads; stop p95 {percentile(r['stop'], 95) * 1000:.0f} ms, "
                 f"restart p95 {percentile(r['restart'], 95) * 1000:.0f} ms; a bare `docker stop` "
                 f"p95 {percentile(r['bare_stop'], 95) * 1000:.0f} ms",
+                flush=True,
+            )
+            print(
+                "      the machine's CPU by kind of process (% of a core): "
+                + ", ".join(f"{kind} {share:.1f}" for kind, share in list(by_kind.items())[:10]),
                 flush=True,
             )
             for what, values in parts.items():
