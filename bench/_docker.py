@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 from bench._stack import BENCH_LABEL, BUSYBOX
 from bench._trace import ms
+from tests.second_engine import SecondEngine as TestsSecondEngine
+from tests.shared import wait_for
 
 if TYPE_CHECKING:  # for the hints only: like the other bench modules, docker is imported where it is used
     from docker import DockerClient
@@ -80,17 +82,6 @@ class Events(threading.Thread):
         self.client.close()
 
 
-def poll(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
-
-
 def log_lines(container: Container) -> list[tuple[int, str]]:
     from jobs.runtime.logs import parse_docker_timestamp
 
@@ -110,7 +101,7 @@ def lines_once(
         lines = log_lines(container)
         return lines if any(predicate(text) for _, text in lines) else None
 
-    return poll(ready, timeout, what)
+    return wait_for(ready, timeout, message=what, interval=0.05)
 
 
 def first_line(lines: list[tuple[int, str]], predicate: Callable[[str], bool]) -> int | None:
@@ -202,40 +193,14 @@ def python_process(container_id: str, script: str) -> int | None:
 
 
 # -- a second Docker engine: the host a benchmark loses ----------------------------------------------
-class SecondEngine:
-    """A dockerd of the benchmark's own on a private socket (as tests/second_engine.py's SecondEngine).
+class SecondEngine(TestsSecondEngine):
+    """A dockerd of the benchmark's own on a private socket: tests/second_engine.py's, started and
+    answering as there, with a lost machine and a clean-up of its own.
 
     lose() is a lost machine: the engine and its containerd die by SIGKILL first (nobody reports
     an exit), then every process of its containers and its shims; cleanup() removes the rest.
     Every process it kills was started by this engine: its containers are told apart by their
     folders in this engine's data root, its shims by this engine's private paths."""
-
-    def __init__(self) -> None:
-        import tempfile
-
-        # Short paths: the exec root holds sockets, whose paths have a length limit.
-        self.dir = tempfile.mkdtemp(prefix="bench-d2-", dir="/tmp")
-        self.socket = f"unix://{self.dir}/d.sock"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self, timeout: float = 30) -> None:
-        log = open(os.path.join(self.dir, "dockerd.log"), "ab")
-        self.proc = subprocess.Popen(
-            [
-                "dockerd", "--host", self.socket, "--data-root", f"{self.dir}/data", "--exec-root", f"{self.dir}/x",
-                "--pidfile", f"{self.dir}/d.pid", "--bridge=none", "--iptables=false", "--ip-masq=false",
-            ],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        poll(self._answers, timeout, "the second dockerd", interval=0.2)
-
-    def _answers(self) -> bool:
-        import docker
-
-        try:
-            return docker.DockerClient(base_url=self.socket, timeout=2).ping()
-        except Exception:
-            return False
 
     def client(self, timeout: int = 60) -> DockerClient:
         import docker

@@ -25,6 +25,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from console.worker_argv import worker_argv
+from tests.shared import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_LABEL = ("console.bench", "1")
@@ -48,12 +49,6 @@ def parse_lines(fragment: str) -> list[tuple[int, str]]:
     return [(int(n), unescape(text)) for n, text in LINE_RE.findall(fragment)]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _answers(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
@@ -72,7 +67,7 @@ class Stack:
         self.tmp = tempfile.mkdtemp(prefix="console-bench-")
         self.tag = f"bench{os.getpid()}"
         self.procs: list[tuple[str, subprocess.Popen]] = []
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
 
     # -- environment ---------------------------------------------------------------

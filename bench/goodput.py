@@ -50,8 +50,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._docker import SecondEngine, job_own, poll, python_process  # noqa: E402
+from bench._docker import SecondEngine, job_own, python_process  # noqa: E402
 from bench._stack import BENCH_LABEL, PYTHON_IMAGE, RUN_LABEL, Stack  # noqa: E402
+from tests.shared import wait_for  # noqa: E402
 
 SCRIPT = "/opt/console/examples/train_checkpoint.py"
 TRAIN = ["--steps", "1000000", "--checkpoint-every", "20", "--sleep", "0.05"]
@@ -249,7 +250,7 @@ def inject(fault: str, container, engine: SecondEngine | None = None) -> str:
     if fault == "host":
         engine.lose()
         return "engine, containerd and container processes SIGKILLed"
-    pid = poll(lambda: python_process(container.id, SCRIPT), 10, "the training process", interval=0.1)
+    pid = wait_for(lambda: python_process(container.id, SCRIPT), 10, message="the training process", interval=0.1)
     if fault == "sigkill":
         os.kill(pid, signal.SIGKILL)
     elif fault == "hang":
@@ -270,9 +271,9 @@ def _inject_job(fault: str, container) -> str:
     import docker
 
     try:
-        found = poll(container, 30, "the job's container", interval=0.1)
+        found = wait_for(container, 30, message="the job's container", interval=0.1)
         return inject(fault, found)
-    except (RuntimeError, docker.errors.APIError) as exc:
+    except (AssertionError, RuntimeError, docker.errors.APIError) as exc:  # not found in time, or gone
         return f"missed: {exc}"
 
 
@@ -292,9 +293,9 @@ def run(stack: Stack, engine: SecondEngine, quick: bool) -> dict:
     # Every restart before the lost host stays on the second host; the first takes over after.
     DockerHost.objects.exclude(id=second.id).update(enabled=False)
     job_id = create_ours(stack)
-    poll(lambda: first_progress(ours_lines(job_id)), 120, "the console's job to train", interval=0.2)
+    wait_for(lambda: first_progress(ours_lines(job_id)), 120, message="the console's job to train", interval=0.2)
     theirs = start_docker(engine, stack.tag)
-    poll(lambda: first_progress(docker_lines(engine, theirs.id)), 60, "Docker's job to train", interval=0.2)
+    wait_for(lambda: first_progress(docker_lines(engine, theirs.id)), 60, message="Docker's job to train", interval=0.2)
     t0 = time.time()
     faults, end_s = schedule(quick)
     done = []

@@ -49,12 +49,12 @@ from bench._docker import (  # noqa: E402
     Events,
     first_line,
     lines_once,
-    poll,
     running_container,
 )
 from bench._restart_report import RETRIES, report  # noqa: E402
 from bench._stack import BENCH_LABEL, BUSYBOX, Stack  # noqa: E402
 from bench._trace import enable_docker_trace, ms, read_trace  # noqa: E402
+from tests.shared import wait_for  # noqa: E402
 
 
 def dt_ns(value) -> int:
@@ -129,14 +129,15 @@ def wait_attempt_running(client, job_id: str, n: int) -> tuple[object, int]:
     reads it; returns the container and the time of that line."""
     from jobs.models import TaskRun
 
-    container = poll(lambda: running_container(client, job_id, n), 30, f"attempt {n}'s container")
+    container = wait_for(lambda: running_container(client, job_id, n), 30, 0.05, f"attempt {n}'s container")
     marker = f"attempt {n} user process"
     lines = lines_once(container, lambda t: t == marker, f"attempt {n}'s user process")
-    poll(
+    wait_for(
         lambda: TaskRun.objects.filter(
             attempt__job_id=job_id, attempt__number=n, state="running", follower_token__isnull=False
         ).exists(),
         30,
+        0.05,
         f"attempt {n}'s follower",
     )
     return container, first_line(lines, lambda t: t == marker)
@@ -175,7 +176,7 @@ def kill_job_repeatedly(stack: Stack, client, events: Events, bare: BareStart, j
         time.sleep(0.3)  # a healthy moment: the follower is reading, the hang watch has ticked
         # A training run dies hours in, long after its standby (the next attempt's container,
         # jobs/runtime/standby.py) was made and armed: kill once it is, as a real restart finds it.
-        poll(partial(standby_of, client, job_id, n + 1), 30, f"attempt {n + 1}'s standby")
+        wait_for(partial(standby_of, client, job_id, n + 1), 30, 0.05, f"attempt {n + 1}'s standby")
         container.kill()  # SIGKILL from outside: the console did not send it
     terminate(stack, job_id)
     attempts = {a.number: a for a in Attempt.objects.filter(job_id=job_id)}
@@ -222,7 +223,7 @@ def process_restart(stack: Stack, client, events: Events, bare: BareStart, j: in
     from jobs.models import Attempt, TaskRun
 
     job_id = create_job(stack, f"bench-nccl-{j}", PROCESS_COMMAND, 3)
-    container = poll(lambda: running_container(client, job_id, 1), 30, "the job's container")
+    container = wait_for(lambda: running_container(client, job_id, 1), 30, 0.05, "the job's container")
     lines = lines_once(container, lambda t: t.startswith("run 2 attempt 2"), "the restarted process")
     bare.sample("interleaved")
     terminate(stack, job_id)

@@ -4,12 +4,12 @@ the worker die or pause at a point, and remove what this session left in Docker 
 
 from __future__ import annotations
 
-import time
 from contextlib import contextmanager
 
 import docker
 
 from tests.pytest_env import TEST_LABEL
+from tests.shared import wait_for  # noqa: F401 (the tests import it from here too)
 
 BUSYBOX = "console/busybox:latest"
 PYTHON_IMAGE = "console/python:3.11"
@@ -41,18 +41,6 @@ def flush_database() -> None:
     from django.core.management import call_command
 
     call_command("flush", interactive=False, verbosity=0)
-
-
-def wait_for(predicate, timeout: float = 30, interval: float = 0.1, message: str = "condition"):
-    """Poll the real system until predicate() is truthy (no sleeps in tests)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
 
 
 @contextmanager

@@ -13,6 +13,7 @@ from pathlib import Path
 from django.conf import settings
 
 from tests.pytest_env import TMP
+from tests.shared import free_port  # noqa: F401 (the tests import it from here too)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,12 +75,6 @@ class ManagedProcess:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def answers(port: int) -> bool:

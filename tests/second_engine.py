@@ -12,7 +12,7 @@ import tempfile
 
 import docker
 
-from tests.helpers import wait_for
+from tests.shared import wait_for
 
 
 class SecondEngine:

@@ -108,3 +108,24 @@ def test_tests_import_helpers_from_modules_not_from_conftest():
     (tests/helpers.py, demo.py, processes.py, second_engine.py)."""
     for path in sorted((ROOT / "tests").glob("*.py")):
         assert "tests.conftest" not in imported_modules(path), f"{path.relative_to(ROOT)} imports tests.conftest"
+
+
+# What bench/ may import from tests/: modules that change nothing when imported (tests/shared.py).
+SHARED_WITH_BENCH = {"tests.shared", "tests.second_engine"}
+
+
+def test_benchmarks_import_from_the_tests_only_what_changes_nothing_on_import():
+    """bench/ reuses the tests' waiting, free port and second engine, and nothing else of tests/:
+    tests/pytest_env.py, which helpers.py and processes.py import, gives the importing process a
+    test session's database, queue and labels. The shared modules import neither it nor Django,
+    nor any other module of tests/ but each other."""
+    for path in sorted((ROOT / "bench").glob("*.py")):
+        for module in imported_modules(path):
+            if module.startswith("tests"):
+                assert module in SHARED_WITH_BENCH, f"{path.relative_to(ROOT)} imports {module}"
+    for module in sorted(SHARED_WITH_BENCH):
+        path = ROOT / (module.replace(".", "/") + ".py")
+        for imported in imported_modules(path):
+            assert not imported.startswith(("django", "console", "jobs")), f"{module} imports {imported}"
+            if imported.startswith("tests"):
+                assert imported in SHARED_WITH_BENCH, f"{module} imports {imported}"
