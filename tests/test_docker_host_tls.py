@@ -23,7 +23,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from django.core.exceptions import ValidationError
 
 from jobs.models import DockerHost, Phase, ResourcePool, TrainingJob
-from jobs.runtime import engine, schedule
+from jobs.runtime import engine, engine_clients, schedule
 from tests.helpers import BUSYBOX, wait_for
 from tests.processes import free_port
 from tests.second_engine import SecondEngine
@@ -152,8 +152,8 @@ def test_other_urls_are_checked(certificates, url, field, message):
 
 def test_an_ssh_engine_uses_the_system_ssh_client_kwargs_only_no_sshd_here():
     """No sshd on this machine kind: the options handed to the SDK are what is checked."""
-    assert engine._transport(DockerHost(base_url="ssh://deploy@gpu-8")) == {"use_ssh_client": True}
-    assert engine._transport(DockerHost(base_url="unix:///var/run/docker.sock")) == {}
+    assert engine_clients._transport(DockerHost(base_url="ssh://deploy@gpu-8")) == {"use_ssh_client": True}
+    assert engine_clients._transport(DockerHost(base_url="unix:///var/run/docker.sock")) == {}
 
 
 # -- a real engine over TLS -------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import pytest
 from django.utils import timezone
 
 from jobs.models import Attempt, DockerHost, TaskRun, TrainingJob
-from jobs.runtime import docker_hosts, engine, follow, logs
+from jobs.runtime import docker_hosts, engine, engine_clients, follow, logs
 from tests.helpers import BUSYBOX
 from tests.test_sampler_clients import Host, returns_within
 
@@ -109,7 +109,7 @@ def fake_engine(tmp_path, monkeypatch):
     behaviour = {"answer": b"", "then_close": False}
     held = serve_engine(listener, lambda request_line: (behaviour["answer"], behaviour["then_close"]))
     host = Host(f"unix://{path}")
-    monkeypatch.setitem(engine._api_versions, host.base_url, "1.41")
+    monkeypatch.setitem(engine_clients._api_versions, host.base_url, "1.41")
     monkeypatch.setattr(engine, "LOG_REST_TIMEOUT_S", 1)
     host.behaviour = behaviour
     yield host

@@ -16,7 +16,7 @@ import docker
 import pytest
 from django.conf import settings
 
-from jobs.runtime import engine, engine_exec, hang
+from jobs.runtime import engine, engine_clients, engine_exec, hang
 from tests.helpers import BUSYBOX
 from tests.pytest_env import TEST_LABEL
 
@@ -45,7 +45,7 @@ def silent_engine(tmp_path, monkeypatch):
 
     threading.Thread(target=accept_forever, daemon=True).start()
     host = Host(f"unix://{path}")
-    monkeypatch.setitem(engine._api_versions, host.base_url, "1.41")
+    monkeypatch.setitem(engine_clients._api_versions, host.base_url, "1.41")
     yield host
     listener.close()
     for conn in held:
@@ -112,7 +112,7 @@ def test_a_turn_whose_engine_cannot_be_asked_its_version_records_no_usage(tmp_pa
     silent) then is a "no sample" like any other failed reading, not a turn that raises (every
     2 s a traceback, and neither the hang watch nor the chart heard of the miss)."""
     host = Host(f"unix://{tmp_path / 'nobody-listens.sock'}")
-    assert host.base_url not in engine._api_versions
+    assert host.base_url not in engine_clients._api_versions
     recorded: list[hang.Sample] = []
 
     class Chart:

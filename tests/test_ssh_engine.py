@@ -18,7 +18,7 @@ import uuid
 import pytest
 
 from jobs.models import DockerHost
-from jobs.runtime import engine, engine_exec
+from jobs.runtime import engine, engine_clients, engine_exec
 from jobs.runtime.timed_pipes import PipeReader
 from tests.helpers import BUSYBOX
 from tests.pytest_env import TEST_LABEL
@@ -133,7 +133,7 @@ def test_an_ssh_engine_that_stops_answering_times_out_instead_of_holding_the_cal
 def ssh_socket(ssh_host, monkeypatch):
     """The console's socket over a stand-in `ssh` that reads and never answers, connected."""
     monkeypatch.setenv("CONSOLE_TEST_SSH_MODE", "silent")
-    sock = engine._SSHSocketWithTimeouts(ssh_host.base_url.removeprefix("ssh://"))
+    sock = engine_clients._SSHSocketWithTimeouts(ssh_host.base_url.removeprefix("ssh://"))
     sock.settimeout(5)
     sock.connect()
     yield sock
@@ -166,7 +166,7 @@ def test_an_ssh_that_stops_reading_times_out_a_write_instead_of_holding_the_call
     """More bytes than the pipe holds (a relay's, a terminal's paste) to an ssh that takes nothing:
     the SDK's blocking write waited for ever; it waits no longer than the call's timeout."""
     monkeypatch.setenv("CONSOLE_TEST_SSH_MODE", "deaf")
-    sock = engine._SSHSocketWithTimeouts(ssh_host.base_url.removeprefix("ssh://"))
+    sock = engine_clients._SSHSocketWithTimeouts(ssh_host.base_url.removeprefix("ssh://"))
     sock.settimeout(1)
     sock.connect()
     try:
