@@ -45,6 +45,19 @@ def percentile(sorted_values: list[float], p: float) -> float:
     return sorted_values[rank - 1]
 
 
+def verdict(checks: dict[str, bool], details: list[str] | tuple[str, ...] = ()) -> int:
+    """Print each target met or MISSED (then the details: what went wrong), and PASS or FAIL; the
+    exit status (0: every target met)."""
+    print()
+    for what, ok in checks.items():
+        print(f"  {'met ' if ok else 'MISSED'} {what}")
+    for detail in details:
+        print(f"    {detail}")
+    ok = all(checks.values())
+    print(f"\n-> {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
 def parse_lines(fragment: str) -> list[tuple[int, str]]:
     return [(int(n), unescape(text)) for n, text in LINE_RE.findall(fragment)]
 

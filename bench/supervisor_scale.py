@@ -36,7 +36,7 @@ from bench._scale_parts import (  # noqa: E402
     restart_breakdown,
     stop_breakdown,
 )
-from bench._stack import BUSYBOX, Stack, percentile  # noqa: E402
+from bench._stack import BUSYBOX, Stack, percentile, verdict  # noqa: E402
 from bench._trace import enable_docker_trace  # noqa: E402
 
 TICKER = 'i=0; while true; do i=$((i+1)); echo "tick $i"; sleep 1; done'
@@ -417,14 +417,7 @@ def main() -> int:
         f"{bare_ratio:.2f}x (the console's stop: "
         f"{percentile(last['stop'], 95) / percentile(first['stop'], 95):.2f}x)"
     )
-    print()
-    for what, ok in checks.items():
-        print(f"  {'met ' if ok else 'MISSED'} {what}")
-    for problem in problems[:10]:
-        print(f"    {problem}")
-    ok = all(checks.values())
-    print(f"\n-> {'PASS' if ok else 'FAIL'}")
-    return 0 if ok else 1
+    return verdict(checks, details=problems[:10])
 
 
 if __name__ == "__main__":

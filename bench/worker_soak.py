@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._stack import BUSYBOX, Stack  # noqa: E402
+from bench._stack import BUSYBOX, Stack, verdict  # noqa: E402
 from tests.shared import wait_for  # noqa: E402
 
 COMMAND = "for i in 1 2 3 4 5 6 7 8 9 10; do echo line $i; done"
@@ -73,18 +73,6 @@ def heap(folder: Path, n: int) -> dict[str, int]:
         else:
             counts[second] = int(first)
     return counts
-
-
-def submit(stack: Stack, name: str) -> None:
-    body = {
-        "kind": "job",
-        "metadata": {"name": name},
-        "algorithm": {"command": COMMAND, "engine": {"image_url": BUSYBOX}},
-        "spec": {"resource": {"node_count": 1}},
-    }
-    response = stack.api("POST", "/training-jobs", json=body)
-    if response.status_code != 201:
-        raise RuntimeError(f"create failed: {response.status_code} {response.text}")
 
 
 def main() -> int:
@@ -138,7 +126,7 @@ def main() -> int:
                 while live < args.in_flight and made < target:
                     made += 1
                     live += 1
-                    submit(stack, f"soak-{made:05d}")
+                    stack.create_job(f"soak-{made:05d}", BUSYBOX, COMMAND)
                 time.sleep(0.5)
         not_completed = TrainingJob.objects.exclude(phase=Phase.COMPLETED).count()
 
@@ -169,9 +157,7 @@ def main() -> int:
         f"{end['malloc_in_use'] / MB:.1f} MB; held free {start['malloc_free'] / MB:.1f}, "
         f"{middle['malloc_free'] / MB:.1f}, {end['malloc_free'] / MB:.1f} MB"
     )
-    kinds = [
-        k for k in end if k not in ("runs", "s", "rss", "threads", "blocks", "objects", "malloc_in_use", "malloc_free")
-    ]
+    kinds = [k for k in end if k not in NOT_KINDS]
     grown = sorted(kinds, key=lambda k: middle.get(k, 0) - end[k])[:8]
     most = ", ".join(f"{k} {end[k] - middle.get(k, 0):+d}" for k in grown)
     print(f"  objects that grew most over the second half: {most}")
@@ -182,12 +168,7 @@ def main() -> int:
             heap_growth <= 0.01
         ),
     }
-    print()
-    for what, ok in checks.items():
-        print(f"  {'met ' if ok else 'MISSED'} {what}")
-    ok = all(checks.values())
-    print(f"\n-> {'PASS' if ok else 'FAIL'}")
-    return 0 if ok else 1
+    return verdict(checks)
 
 
 if __name__ == "__main__":
