@@ -15,6 +15,20 @@ BUSYBOX = "console/busybox:latest"
 PYTHON_IMAGE = "console/python:3.11"
 
 
+def busybox_with_tools(docker_client, command: list[str]):
+    """A bare busybox container of this session (its label) running `command`, with the console's
+    tools mounted where an exec's wrapper finds them (`timeout`): no job, no console around it."""
+    from jobs.runtime import engine
+
+    return docker_client.containers.run(
+        BUSYBOX,
+        command,
+        detach=True,
+        labels=dict([TEST_LABEL]),
+        mounts=[engine.bind_mount(engine.TOOLS_MOUNT, str(engine.runtime_tools_dir()), read_only=True)],
+    )
+
+
 def remove_test_containers(client) -> None:
     # sparse: a full listing inspects each container and fails on one removed meanwhile.
     for container in client.containers.list(all=True, sparse=True, filters={"label": "=".join(TEST_LABEL)}):

@@ -14,8 +14,7 @@ import threading
 from django.conf import settings
 
 from jobs.runtime import engine, engine_exec
-from tests.helpers import BUSYBOX
-from tests.pytest_env import TEST_LABEL
+from tests.helpers import busybox_with_tools
 
 
 class Host:
@@ -79,13 +78,7 @@ def test_calls_after_execs_on_the_same_client_take_a_working_connection(docker_c
     """An exec's connection is taken over by its stream (the engine's `101 Switching Protocols`)
     and closed with it. With one pool for every URL, the next call of the same client, to any
     URL, must not get that connection back: each call below would fail on it."""
-    made = docker_client.containers.run(
-        BUSYBOX,
-        ["sh", "-c", "sleep 300"],
-        detach=True,
-        labels=dict([TEST_LABEL]),
-        mounts=[engine.bind_mount(engine.TOOLS_MOUNT, str(engine.runtime_tools_dir()), read_only=True)],
-    )
+    made = busybox_with_tools(docker_client, ["sleep", "300"])
     host = Host(settings.DEFAULT_DOCKER_URL)
 
     def execs_then_calls() -> list:

@@ -16,8 +16,7 @@ import time
 import pytest
 
 from jobs.runtime import engine, engine_exec
-from tests.helpers import BUSYBOX
-from tests.pytest_env import TEST_LABEL
+from tests.helpers import busybox_with_tools
 
 
 @pytest.fixture
@@ -34,12 +33,9 @@ def slow_reader(monkeypatch):
 
 @pytest.fixture
 def container(docker_client):
-    made = docker_client.containers.run(
-        BUSYBOX,
+    made = busybox_with_tools(
+        docker_client,
         ["sh", "-c", "printf 'loss 0.5\\n' > /tmp/metrics; nc -ll -p 7000 -e echo hello-from-the-app & sleep 300"],
-        detach=True,
-        labels=dict([TEST_LABEL]),
-        mounts=[engine.bind_mount(engine.TOOLS_MOUNT, str(engine.runtime_tools_dir()), read_only=True)],
     )
     time.sleep(0.5)  # its printf and nc
     yield made

@@ -20,8 +20,7 @@ import pytest
 from jobs.models import DockerHost
 from jobs.runtime import engine, engine_clients, engine_exec
 from jobs.runtime.timed_pipes import PipeReader
-from tests.helpers import BUSYBOX
-from tests.pytest_env import TEST_LABEL
+from tests.helpers import busybox_with_tools
 from tests.test_follower_calls_bounded import followed_through_a_bounded_client
 
 FAKE_SSH = """#!{python}
@@ -84,13 +83,7 @@ def call_bounded(func, deadline_s: float = 60):
 
 
 def test_an_ssh_engine_is_asked_through_the_ssh_clients_pipe(ssh_host, docker_client):
-    made = docker_client.containers.run(
-        BUSYBOX,
-        ["sleep", "300"],
-        detach=True,
-        labels=dict([TEST_LABEL]),
-        mounts=[engine.bind_mount(engine.TOOLS_MOUNT, str(engine.runtime_tools_dir()), read_only=True)],
-    )
+    made = busybox_with_tools(docker_client, ["sleep", "300"])
     try:
         container = engine.container(ssh_host, made.id)
         assert container.id == made.id
