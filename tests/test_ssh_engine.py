@@ -214,3 +214,91 @@ def test_a_followed_log_over_ssh_outlives_its_clients_bound(ssh_host, docker_cli
     """A follower's client is bounded now (follow.FOLLOWER_CALL_TIMEOUT_S); over ssh:// too its
     followed log turns its socket's timeout off (the console's socket over the ssh pipes)."""
     followed_through_a_bounded_client(ssh_host, docker_client)
+
+
+def ssh_started(host) -> int:
+    """How many `ssh` processes the console has started for the host (the stand-in logs each)."""
+    return len(host.ssh_log.read_text().splitlines()) if host.ssh_log.exists() else 0
+
+
+def kept_connections(host) -> list:
+    """The idle connections kept for the host (urllib3 fills the rest of its queue with None)."""
+    return [conn for conn in engine_clients._ssh_pools[host.base_url].pool.queue if conn is not None]
+
+
+def test_calls_to_an_ssh_engine_take_kept_connections_not_an_ssh_each(ssh_host, docker_client):
+    """Each call started an `ssh` here and a `docker system dial-stdio` on the host (the SDK made a
+    pool per request): ~300 ms a call over a real sshd (bench/ssh_engine.py). The connections are
+    kept and shared by the process's threads, and every answer is still the one asked for: after
+    a job's flood cut at its cap (its bytes never reach the next call), and from eight threads at once."""
+    first = busybox_with_tools(docker_client, ["sleep", "300"])
+    second = busybox_with_tools(docker_client, ["sleep", "300"])
+    try:
+        pairs = [(first.id, second.id), (second.id, first.id)]
+
+        def ask(times: int) -> list[bool]:
+            answers = []
+            for n in range(times):
+                wanted, other = pairs[n % 2]
+                answers.append(engine.container(ssh_host, wanted).id == wanted)
+                answers.append(engine.container(ssh_host, other).id == other)
+            return answers
+
+        assert all(ask(15))
+        assert ssh_started(ssh_host) <= 2, ssh_started(ssh_host)  # 31 before
+
+        flood = engine_exec.exec_bounded(
+            engine.container(ssh_host, first.id), ["sh", "-c", "yes job | head -c 1000000"], max_bytes=10
+        )
+        assert flood.truncated and flood.stdout.startswith(b"job\n")
+        assert all(ask(5))
+        assert ssh_started(ssh_host) <= 4  # the exec's connection went with its stream
+
+        results: list = []
+        threads = [threading.Thread(target=lambda: results.append(call_bounded(lambda: ask(10)))) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert [raised for _, raised in results] == [None] * 8
+        assert all(all(answers) for answers, _ in results)
+        assert ssh_started(ssh_host) <= 4 + 8, ssh_started(ssh_host)  # at most one more per thread at once
+        assert 1 <= len(kept_connections(ssh_host)) <= engine_clients.KEPT_SSH_CONNECTIONS
+    finally:
+        first.remove(force=True)
+        second.remove(force=True)
+
+
+def test_a_kept_connection_whose_ssh_ended_is_not_used_again(ssh_host, docker_client):
+    """The ssh of an idle connection ended (killed, or its network went): the next call connects
+    anew instead of failing on it."""
+    made = busybox_with_tools(docker_client, ["sleep", "300"])
+    try:
+        assert engine.container(ssh_host, made.id).id == made.id
+        (kept,) = kept_connections(ssh_host)
+        kept.sock.proc.kill()
+        kept.sock.proc.wait(10)
+        assert engine.container(ssh_host, made.id).id == made.id
+        assert ssh_started(ssh_host) == 2
+    finally:
+        made.remove(force=True)
+
+
+def test_an_idle_pipe_with_something_to_read_is_not_fit_for_a_request():
+    """Nothing is sent to an idle HTTP connection: bytes, or the end, in its pipe mean it is done."""
+    read_end, write_end = os.pipe()
+
+    class OneSecond:
+        def gettimeout(self):
+            return 1.0
+
+    raw = PipeReader(open(read_end, "rb", buffering=0), OneSecond())  # noqa: SIM115 - the reader closes it
+    assert not raw.has_input()
+    os.write(write_end, b"x")
+    assert raw.has_input()
+    raw.readinto(bytearray(1))
+    assert not raw.has_input()
+    os.close(write_end)
+    assert raw.has_input()  # the end
+    raw.end()
+    assert raw.has_input()

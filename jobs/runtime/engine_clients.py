@@ -9,6 +9,7 @@ errors turned into the console's): with engine.py, the only module that imports 
 from __future__ import annotations
 
 import io
+import os
 import socket
 import subprocess
 import threading
@@ -64,8 +65,12 @@ def _new_client(host, timeout: int | None, version: str) -> docker.DockerClient:
     """A client with a known API version (so that making it asks the engine nothing)."""
     client = docker.DockerClient(base_url=host.base_url, timeout=timeout, version=version, **_transport(host))
     adapter = getattr(client.api, "_custom_adapter", None)
+    # Their class swapped, not a method bound on them: a bound method would be a cycle to collect.
     if type(adapter) is docker.transport.UnixHTTPAdapter:
-        adapter.__class__ = _OnePoolUnixAdapter  # its class, not a bound method: no cycle to collect
+        adapter.__class__ = _OnePoolUnixAdapter
+    elif type(adapter) is docker.transport.SSHHTTPAdapter:
+        adapter.__class__ = _SharedPoolSSHAdapter
+        adapter.engine_url = host.base_url
     # The engine's CA is the host's own: requests would otherwise take REQUESTS_CA_BUNDLE /
     # CURL_CA_BUNDLE from the environment over it (and refuse the engine's certificate), and
     # HTTPS_PROXY would send the engine's API through a proxy.
@@ -101,6 +106,7 @@ class _SSHSocketWithTimeouts(docker.transport.sshconn.SSHSocket):
     def __init__(self, host):
         super().__init__(host)
         self._timeout: float | None = None
+        self._shut = False
         self._reader: io.BufferedReader | None = None
         self._writer: PipeWriter | None = None
 
@@ -129,12 +135,21 @@ class _SSHSocketWithTimeouts(docker.transport.sshconn.SSHSocket):
         if not self.proc:
             self.connect()
         self._reader.channel = self  # the SDK finds an exec's socket here
-        return self._reader
+        return _AnswerFile(self._reader)
+
+    def dropped(self) -> bool:
+        """Whether this connection, idle, cannot take another call: it was shut down, its ssh
+        process ended, or its pipe has something to read (the end: an idle HTTP connection is sent
+        nothing)."""
+        if self._shut or self.proc is None or self._reader is None or self.proc.poll() is not None:
+            return True
+        return self._reader.raw.has_input()
 
     def shutdown(self, how: int) -> None:
         """What a socket's shutdown does for a read blocked in another thread (a followed log's
         close, a terminal's): it ends, here with the ssh process. (The socket object under this
         class is never connected: its own shutdown raised.)"""
+        self._shut = True
         if self.proc is not None:
             self.proc.terminate()
 
@@ -162,9 +177,70 @@ class _SSHSocketWithTimeouts(docker.transport.sshconn.SSHSocket):
 docker.transport.sshconn.SSHSocket = _SSHSocketWithTimeouts
 
 
+class _AnswerFile:
+    """What http.client reads one answer from: the connection's buffered pipe, left open by its
+    close. http.client closes an answer's file once the answer is read; the kept connection's next
+    answer reads on from the same buffer (the SDK handed out the pipe itself, which that closed)."""
+
+    def __init__(self, reader: io.BufferedReader):
+        self._reader = reader
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+    def __getattr__(self, name: str):
+        return getattr(self._reader, name)
+
+
+# Idle connections kept per ssh:// engine and process: each is an `ssh` here and a
+# `docker system dial-stdio` on the host. More may be open at once; one given back beyond these ends.
+KEPT_SSH_CONNECTIONS = 10
+_ssh_pools: dict[str, _KeptSSHConnectionPool] = {}
+_ssh_pools_lock = threading.Lock()
+# A forked child makes its own: the parent's pipes are the parent's (closing them here would end
+# the parent's ssh processes).
+os.register_at_fork(after_in_child=_ssh_pools.clear)
+
+
+class _KeptSSHConnectionPool(docker.transport.sshconn.SSHConnectionPool):
+    """The connections to one ssh:// engine, shared by every thread's client in the process. The
+    SDK made a new pool for each request (its pipe could not outlive one answer), so every call
+    started an `ssh` here and a `docker system dial-stdio` on the host: ~300 ms a call over a real
+    sshd on loopback, against under a millisecond on the local socket (bench/ssh_engine.py).
+    A connection given back is taken again unless it has dropped (`_SSHSocketWithTimeouts.dropped`);
+    one that has is closed, and the call connects anew."""
+
+    def _get_conn(self, timeout=None):
+        conn = super()._get_conn(timeout)
+        if conn.sock is not None and conn.sock.dropped():
+            conn.close()
+        return conn
+
+
+class _SharedPoolSSHAdapter(docker.transport.SSHHTTPAdapter):
+    """An ssh:// client's transport, whose every request takes its engine's kept pool."""
+
+    engine_url: str
+
+    def get_connection(self, url, proxies=None):
+        with _ssh_pools_lock:
+            pool = _ssh_pools.get(self.engine_url)
+            if pool is None:
+                pool = _ssh_pools[self.engine_url] = _KeptSSHConnectionPool(
+                    timeout=self.timeout, maxsize=KEPT_SSH_CONNECTIONS, host=self.ssh_host
+                )
+            return pool
+
+
 def forget_client(host) -> None:
-    """Drop this thread's clients of the host (after a broken stream: the next call reconnects)."""
+    """Drop this thread's clients of the host, and the process's idle connections to it if it is
+    an ssh:// engine (after a broken stream, a failed ping: the next call reconnects)."""
     _api_versions.pop(host.base_url, None)  # the engine may have been upgraded while it was away
+    with _ssh_pools_lock:
+        pool = _ssh_pools.pop(host.base_url, None)
+    if pool is not None:
+        pool.close()  # the idle ones; one in use ends when it is given back
     clients = getattr(_local, "clients", {})
     for key in [k for k in clients if k[0] == host.base_url]:
         clients.pop(key).close()

@@ -58,6 +58,21 @@ class PipeReader(io.RawIOBase):
                 if self._ended and not self._pipe.closed:  # `end` gave up waiting for this read
                     self._pipe.close()
 
+    def has_input(self) -> bool:
+        """Whether a read would return at once (bytes, or the end), without reading: an idle
+        connection's pipe that has is no longer fit for a request. True once ended, or while a
+        read is under way."""
+        if not self._lock.acquire(blocking=False):
+            return True
+        try:
+            if self._ended:
+                return True
+            waiting = select.poll()
+            waiting.register(self._fd, select.POLLIN)
+            return bool(waiting.poll(0))
+        finally:
+            self._lock.release()
+
     def end(self) -> None:
         """Close the pipe once no read is under way: the ssh process has been told to end, so a
         read waiting on it returns. One that does not within 5 s closes the pipe itself."""
