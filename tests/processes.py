@@ -18,11 +18,22 @@ from tests.shared import free_port  # noqa: F401 (the tests import it from here 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# The stand-in `ssh` (tests/bin/ssh): an ssh:// Docker host of a test reaches this machine's engine
+# through it, from the tests and from every process they start; each start is logged here.
+STAND_IN_SSH_DIR = ROOT / "tests" / "bin"
+STARTED_SSH_LOG = Path(TMP) / "ssh-started.log"
+
+
 def test_db_env() -> dict[str, str]:
-    """The environment of a process the tests start: this session's test database."""
+    """The environment of a process the tests start: this session's test database, and the
+    stand-in `ssh` first on its PATH (forwarding to this machine's engine)."""
     env = dict(os.environ)
     db = settings.DATABASES["default"]
     env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    env["PATH"] = f"{STAND_IN_SSH_DIR}{os.pathsep}{env.get('PATH', '')}"
+    env["CONSOLE_TEST_SSH_LOG"] = str(STARTED_SSH_LOG)
+    env["CONSOLE_TEST_SSH_ENGINE"] = env.get("DOCKER_HOST", "unix:///var/run/docker.sock").removeprefix("unix://")
+    env.pop("CONSOLE_TEST_SSH_MODE", None)
     return env
 
 

@@ -1,16 +1,16 @@
 """An ssh:// Docker host (README "More Docker hosts"): the console reaches its engine through the
 system `ssh` client running `docker system dial-stdio` on the host, over that process's pipes.
 
-No sshd on this machine kind: an `ssh` on PATH stands in for the remote end. It is a real process
-with real pipes, as the SDK's transport expects; forwarding, it joins them to this machine's
-engine (what dial-stdio does on the host); silent, it reads what the console asks and never
-answers (an engine behind ssh that stopped). Everything between the console and that process is
-the SDK's and the console's own code."""
+No sshd on this machine kind: an `ssh` on PATH stands in for the remote end (tests/bin/ssh). It is
+a real process with real pipes, as the SDK's transport expects; forwarding, it joins them to this
+machine's engine (what dial-stdio does on the host); silent, it reads what the console asks and
+never answers (an engine behind ssh that stopped). Everything between the console and that
+process is the SDK's and the console's own code. A whole job on such a host:
+tests/test_ssh_host_job.py."""
 
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 import uuid
@@ -21,41 +21,16 @@ from jobs.models import DockerHost
 from jobs.runtime import engine, engine_clients, engine_exec
 from jobs.runtime.timed_pipes import PipeReader
 from tests.helpers import busybox_with_tools
+from tests.processes import STAND_IN_SSH_DIR
 from tests.test_follower_calls_bounded import followed_through_a_bounded_client
-
-FAKE_SSH = """#!{python}
-import os, socket, sys, threading
-with open(os.environ["CONSOLE_TEST_SSH_LOG"], "a") as log:
-    log.write(" ".join(sys.argv[1:]) + "\\n")
-if os.environ.get("CONSOLE_TEST_SSH_MODE") == "silent":
-    while os.read(0, 65536):  # what the console asks, never answered
-        pass
-    sys.exit(0)
-if os.environ.get("CONSOLE_TEST_SSH_MODE") == "deaf":
-    threading.Event().wait()  # takes nothing the console writes: the pipe fills up
-engine = socket.socket(socket.AF_UNIX)
-engine.connect(os.environ["CONSOLE_TEST_SSH_ENGINE"])
-def up():
-    while data := os.read(0, 65536):
-        engine.sendall(data)
-    engine.shutdown(socket.SHUT_WR)
-threading.Thread(target=up, daemon=True).start()
-while data := engine.recv(65536):
-    os.write(1, data)
-"""
 
 
 @pytest.fixture
 def ssh_host(tmp_path, monkeypatch):
-    """A DockerHost whose base_url is ssh://, reached through the stand-in `ssh` (mode given by
-    the test), and forgotten at the end (its ssh processes ended)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "ssh"
-    fake.write_text(FAKE_SSH.format(python=sys.executable))
-    fake.chmod(0o755)
+    """A DockerHost whose base_url is ssh://, reached through the stand-in `ssh` (tests/bin/ssh,
+    mode given by the test), and forgotten at the end (its ssh processes ended)."""
     log = tmp_path / "ssh.log"
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{STAND_IN_SSH_DIR}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("CONSOLE_TEST_SSH_LOG", str(log))
     local = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     monkeypatch.setenv("CONSOLE_TEST_SSH_ENGINE", local.removeprefix("unix://"))
