@@ -167,6 +167,7 @@ def test_recoveries_timeline_and_events_arrive_live(demo, new_page, docker_clien
     expect(lanes.nth(2)).to_have_attribute("data-outcome", "running")
     expect(header.locator(".phase")).to_have_attribute("data-phase", "Running")
     shot(page, "21-recovery-two-rows-live")
+    assert table_fits(page, "recovery-table")  # every column, "Time lost" with its work lost, at 1280 px
 
     # Events tab: live as well; attempt 3 completes while it is open.
     events_tab = page.get_by_role("link", name="Events")
