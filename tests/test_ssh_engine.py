@@ -11,11 +11,13 @@ tests/test_ssh_host_job.py."""
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 import uuid
 
 import pytest
+from django.conf import settings
 
 from jobs.models import DockerHost
 from jobs.runtime import engine, engine_clients, engine_exec
@@ -198,7 +200,8 @@ def ssh_started(host) -> int:
 
 def kept_connections(host) -> list:
     """The idle connections kept for the host (urllib3 fills the rest of its queue with None)."""
-    return [conn for conn in engine_clients._ssh_pools[host.base_url].pool.queue if conn is not None]
+    pool = engine_clients._ssh_pools.get((os.getpid(), host.base_url))
+    return [conn for conn in pool.pool.queue if conn is not None] if pool else []
 
 
 def test_calls_to_an_ssh_engine_take_kept_connections_not_an_ssh_each(ssh_host, docker_client):
@@ -277,3 +280,51 @@ def test_an_idle_pipe_with_something_to_read_is_not_fit_for_a_request():
     assert raw.has_input()  # the end
     raw.end()
     assert raw.has_input()
+
+
+def test_a_kept_connection_the_host_dropped_unseen_is_asked_again_by_a_ping(ssh_host, docker_client):
+    """A kept connection dead without a word (the host rebooted, a firewall's idle timeout) shows
+    only when a call goes out on it, and fails as a refusal does: a ping would isolate a host that
+    answers. The ping asks again on a new connection before it counts (liveness._ping)."""
+    from jobs.runtime import liveness
+
+    made = busybox_with_tools(docker_client, ["sleep", "300"])
+    try:
+        engine.container(ssh_host, made.id)
+        (kept,) = kept_connections(ssh_host)
+        kept.sock.proc.send_signal(signal.SIGUSR1)  # the stand-in's connection broken, unseen
+        with pytest.raises(engine.Unreachable) as refused:
+            engine.ping(ssh_host)
+        assert not isinstance(refused.value, engine.NoAnswerInTime)  # a refusal: the host "lost" at once
+        engine.container(ssh_host, made.id)
+        (kept,) = kept_connections(ssh_host)
+        kept.sock.proc.send_signal(signal.SIGUSR1)
+        assert liveness._ping(ssh_host, 5) is None  # answered, on the second connection asked
+        assert ssh_started(ssh_host) == 3
+    finally:
+        made.remove(force=True)
+
+
+def test_kept_connections_unused_for_a_while_are_closed(ssh_host, docker_client, monkeypatch):
+    """Not taken again once unused for KEPT_SSH_IDLE_S (the host may have dropped them), and
+    closed then by any client handed out: an engine no longer asked keeps no ssh here."""
+    engine.ping(ssh_host)
+    (first,) = kept_connections(ssh_host)
+    monkeypatch.setattr(engine_clients, "KEPT_SSH_IDLE_S", 0.0)
+    engine.ping(ssh_host)
+    assert ssh_started(ssh_host) == 2 and first.sock is None  # closed on the way, not reused
+    (second,) = kept_connections(ssh_host)
+    ssh = second.sock.proc
+    engine.client_for(type("Local", (), {"base_url": settings.DEFAULT_DOCKER_URL})())  # another engine's
+    assert kept_connections(ssh_host) == [] and ssh.wait(10) is not None
+
+
+def test_a_request_whose_pool_was_forgotten_meanwhile_connects_anew(ssh_host):
+    """forget_client (another thread's broken stream) closes the engine's pool after a request of
+    this thread took it: that request gets a connection of its own, not "Pool is closed" (a refusal
+    to the console, which would isolate the host)."""
+    client = engine.client_for(ssh_host)
+    pool = client.api._custom_adapter.get_connection("http+docker://ssh/_ping")
+    engine.forget_client(ssh_host)
+    response = pool.urlopen("GET", "/_ping", timeout=5)  # (the SDK sets the pool's default to a bare int)
+    assert (response.status, response.data) == (200, b"OK")

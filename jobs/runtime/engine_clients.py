@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import io
 import os
+import queue
 import socket
 import subprocess
 import threading
+import time
 
 import docker
 import docker.transport.sshconn
+import urllib3
 
 from .timed_pipes import PipeReader, PipeWriter
 
@@ -36,6 +39,7 @@ def client_for(host, *, timeout: int | None = 30) -> docker.DockerClient:
         timeout,
         *(getattr(host, f, "") for f in ("tls_ca_cert", "tls_client_cert", "tls_client_key")),
     )
+    _close_idle_ssh_connections()
     if key not in clients:
         # The API version is asked once per engine and process (a GET /version per new client
         # sat on every restart's path).
@@ -196,11 +200,16 @@ class _AnswerFile:
 # Idle connections kept per ssh:// engine and process: each is an `ssh` here and a
 # `docker system dial-stdio` on the host. More may be open at once; one given back beyond these ends.
 KEPT_SSH_CONNECTIONS = 10
-_ssh_pools: dict[str, _KeptSSHConnectionPool] = {}
+# A kept connection unused this long is closed rather than taken again: the host may have dropped
+# it meanwhile without a word (rebooted, a firewall's idle timeout), and the call on it would fail
+# as if the host refused. Reconcile's pings every few seconds keep one in use per host.
+KEPT_SSH_IDLE_S = 30.0
+# Keyed by process too: a forked child makes its own, and the parent's are never closed from it
+# (nothing runs at the fork: the SDK starts each ssh with a preexec_fn, so a hook would run in
+# every such child before its exec).
+_ssh_pools: dict[tuple[int, str], _KeptSSHConnectionPool] = {}
 _ssh_pools_lock = threading.Lock()
-# A forked child makes its own: the parent's pipes are the parent's (closing them here would end
-# the parent's ssh processes).
-os.register_at_fork(after_in_child=_ssh_pools.clear)
+_ssh_swept_at = 0.0
 
 
 class _KeptSSHConnectionPool(docker.transport.sshconn.SSHConnectionPool):
@@ -208,14 +217,69 @@ class _KeptSSHConnectionPool(docker.transport.sshconn.SSHConnectionPool):
     SDK made a new pool for each request (its pipe could not outlive one answer), so every call
     started an `ssh` here and a `docker system dial-stdio` on the host: ~300 ms a call over a real
     sshd on loopback, against under a millisecond on the local socket (bench/ssh_engine.py).
-    A connection given back is taken again unless it has dropped (`_SSHSocketWithTimeouts.dropped`);
-    one that has is closed, and the call connects anew."""
+    A connection given back is taken again unless it has dropped (`_SSHSocketWithTimeouts.dropped`)
+    or was unused for KEPT_SSH_IDLE_S; one that has is closed, and the call connects anew."""
 
     def _get_conn(self, timeout=None):
-        conn = super()._get_conn(timeout)
-        if conn.sock is not None and conn.sock.dropped():
+        try:
+            conn = super()._get_conn(timeout)
+        except urllib3.exceptions.ClosedPoolError:
+            # forget_client closed the pool after this request took it (another thread's broken
+            # stream): a connection of its own, closed when given back, not a refused host.
+            return self._new_conn()
+        if conn.sock is not None and (_idle_too_long(conn, time.monotonic()) or conn.sock.dropped()):
             conn.close()
         return conn
+
+    def _put_conn(self, conn) -> None:
+        """Kept with the time it was given back; one beyond KEPT_SSH_CONNECTIONS is closed quietly
+        (urllib3 warns of each: a burst of calls to one host is no fault)."""
+        if conn is not None:
+            conn.kept_since = time.monotonic()
+        try:
+            self.pool.put(conn, block=False)  # None too: the slot a failed request took
+        except (AttributeError, queue.Full):  # closed (pool None), or full
+            if conn is not None:
+                conn.close()
+
+    def close_idle(self, now: float) -> None:
+        """Close the kept connections unused for KEPT_SSH_IDLE_S, keep the others."""
+        taken = []
+        try:
+            while True:
+                taken.append(self.pool.get(block=False))
+        except (AttributeError, queue.Empty):  # closed meanwhile, or all taken
+            pass
+        for conn in taken:
+            if conn is not None and _idle_too_long(conn, now):
+                conn.close()
+                conn = None
+            try:
+                self.pool.put(conn, block=False)
+            except (AttributeError, queue.Full):
+                if conn is not None:
+                    conn.close()
+
+
+def _idle_too_long(conn, now: float) -> bool:
+    return now - getattr(conn, "kept_since", now) > KEPT_SSH_IDLE_S
+
+
+def _close_idle_ssh_connections() -> None:
+    """Every engine's kept connections unused for KEPT_SSH_IDLE_S closed (once in that time, from
+    any client handed out): an engine no longer asked (disabled, isolated, deleted, its URL
+    changed) keeps no ssh here and no dial-stdio there."""
+    global _ssh_swept_at
+    now = time.monotonic()
+    if now - _ssh_swept_at < KEPT_SSH_IDLE_S:
+        return
+    with _ssh_pools_lock:
+        if now - _ssh_swept_at < KEPT_SSH_IDLE_S:
+            return
+        _ssh_swept_at = now
+        pools = [pool for (pid, _), pool in _ssh_pools.items() if pid == os.getpid()]
+    for pool in pools:
+        pool.close_idle(now)
 
 
 class _SharedPoolSSHAdapter(docker.transport.SSHHTTPAdapter):
@@ -224,10 +288,11 @@ class _SharedPoolSSHAdapter(docker.transport.SSHHTTPAdapter):
     engine_url: str
 
     def get_connection(self, url, proxies=None):
+        key = (os.getpid(), self.engine_url)
         with _ssh_pools_lock:
-            pool = _ssh_pools.get(self.engine_url)
+            pool = _ssh_pools.get(key)
             if pool is None:
-                pool = _ssh_pools[self.engine_url] = _KeptSSHConnectionPool(
+                pool = _ssh_pools[key] = _KeptSSHConnectionPool(
                     timeout=self.timeout, maxsize=KEPT_SSH_CONNECTIONS, host=self.ssh_host
                 )
             return pool
@@ -238,7 +303,7 @@ def forget_client(host) -> None:
     an ssh:// engine (after a broken stream, a failed ping: the next call reconnects)."""
     _api_versions.pop(host.base_url, None)  # the engine may have been upgraded while it was away
     with _ssh_pools_lock:
-        pool = _ssh_pools.pop(host.base_url, None)
+        pool = _ssh_pools.pop((os.getpid(), host.base_url), None)
     if pool is not None:
         pool.close()  # the idle ones; one in use ends when it is given back
     clients = getattr(_local, "clients", {})

@@ -56,13 +56,21 @@ def still_there(host: DockerHost, *, timeout: int = 5) -> bool:
 
 
 def _ping(host: DockerHost, timeout: int) -> engine.EngineError | None:
-    """None if the host answered, else why not (its clients in this thread are dropped)."""
-    try:
-        engine.ping(host, timeout=timeout)
-    except engine.HOST_ERRORS as exc:
-        engine.forget_client(host)
-        return exc
-    return None
+    """None if the host answered, else why not (its clients in this thread are dropped). A ping
+    refused or broken is asked once more on a new connection before it counts: the first may have
+    gone out on a kept connection that the host dropped while it was idle (an ssh:// host's are
+    kept: engine_clients.py), which fails as a refusal does and would isolate a host that answers.
+    A timeout is not asked again: it would double the wait."""
+    for _ in range(2):
+        try:
+            engine.ping(host, timeout=timeout)
+            return None
+        except engine.HOST_ERRORS as exc:
+            engine.forget_client(host)
+            failure = exc
+            if isinstance(exc, engine.NoAnswerInTime):
+                break
+    return failure
 
 
 # One thread per engine, kept: the engine's clients are per thread (engine.client_for), so an
