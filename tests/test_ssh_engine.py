@@ -11,10 +11,10 @@ tests/test_ssh_host_job.py."""
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -282,6 +282,11 @@ def test_an_idle_pipe_with_something_to_read_is_not_fit_for_a_request():
     assert raw.has_input()
 
 
+def break_unseen(host, conn) -> None:
+    """The stand-in behind the kept connection breaks it at the next request (tests/bin/ssh)."""
+    Path(f"{host.ssh_log}.broken.{conn.sock.proc.pid}").touch()
+
+
 def test_a_kept_connection_the_host_dropped_unseen_is_asked_again_by_a_ping(ssh_host, docker_client):
     """A kept connection dead without a word (the host rebooted, a firewall's idle timeout) shows
     only when a call goes out on it, and fails as a refusal does: a ping would isolate a host that
@@ -292,13 +297,13 @@ def test_a_kept_connection_the_host_dropped_unseen_is_asked_again_by_a_ping(ssh_
     try:
         engine.container(ssh_host, made.id)
         (kept,) = kept_connections(ssh_host)
-        kept.sock.proc.send_signal(signal.SIGUSR1)  # the stand-in's connection broken, unseen
+        break_unseen(ssh_host, kept)
         with pytest.raises(engine.Unreachable) as refused:
             engine.ping(ssh_host)
         assert not isinstance(refused.value, engine.NoAnswerInTime)  # a refusal: the host "lost" at once
         engine.container(ssh_host, made.id)
         (kept,) = kept_connections(ssh_host)
-        kept.sock.proc.send_signal(signal.SIGUSR1)
+        break_unseen(ssh_host, kept)
         assert liveness._ping(ssh_host, 5) is None  # answered, on the second connection asked
         assert ssh_started(ssh_host) == 3
     finally:
