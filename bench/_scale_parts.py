@@ -49,7 +49,16 @@ def stop_breakdown(trace_path: Path, job_ids: list[str]) -> dict[str, list[float
         ]
         for what, a, b in marks:
             out.setdefault(what, []).append((b - a) * 1000)
+        # The stop split in two: the engine's stop call, and the console's own part around it
+        # (the request, the queue and the look-ups before the call, the job's end after it).
+        out.setdefault(ENGINES_PART, []).append((stop[1] - stop[0]) * 1000)
+        own = (stop[0] - POSTED[job_id]) + (job.ended_at.timestamp() - stop[1])
+        out.setdefault(CONSOLES_PART, []).append(own * 1000)
     return out
+
+
+ENGINES_PART = "= the engine's stop call"
+CONSOLES_PART = "= the console's own part"
 
 
 def pool_waits(path: Path, windows: list[tuple[float, float]]) -> list[float]:
