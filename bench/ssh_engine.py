@@ -56,7 +56,7 @@ class LoopbackSshd:
     (the SDK runs plain `ssh`) and logs each start."""
 
     def __init__(self, tmp: Path):
-        self.tmp, self.port = tmp, free_port()
+        self.port = free_port()
         self.started_log = tmp / "ssh-started.log"
         for key in ("host_key", "user_key"):
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp / key)], check=True)

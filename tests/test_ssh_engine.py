@@ -155,6 +155,16 @@ def test_an_ssh_that_stops_reading_times_out_a_write_instead_of_holding_the_call
         sock.sendall(b"GET /_ping HTTP/1.1\r\n")
 
 
+class OneSecond:
+    """What a PipeReader asks of its socket: a timeout of one second."""
+
+    def gettimeout(self) -> float:
+        return 1.0
+
+
+ONE_SECOND = OneSecond()
+
+
 def test_the_pipe_is_waited_on_at_any_descriptor_number():
     """A worker following hundreds of instances holds more than 1024 descriptors: select() cannot
     wait on one numbered past that, poll can."""
@@ -170,11 +180,7 @@ def test_the_pipe_is_waited_on_at_any_descriptor_number():
         os.close(read_end)
         pipe = open(high, "rb", buffering=0)  # noqa: SIM115 - the reader closes it
 
-        class OneSecond:
-            def gettimeout(self):
-                return 1.0
-
-        raw = PipeReader(pipe, OneSecond())
+        raw = PipeReader(pipe, ONE_SECOND)
         os.write(write_end, b"answer")
         buffer = bytearray(16)
         assert raw.readinto(buffer) == 6 and bytes(buffer[:6]) == b"answer"
@@ -266,11 +272,7 @@ def test_an_idle_pipe_with_something_to_read_is_not_fit_for_a_request():
     """Nothing is sent to an idle HTTP connection: bytes, or the end, in its pipe mean it is done."""
     read_end, write_end = os.pipe()
 
-    class OneSecond:
-        def gettimeout(self):
-            return 1.0
-
-    raw = PipeReader(open(read_end, "rb", buffering=0), OneSecond())  # noqa: SIM115 - the reader closes it
+    raw = PipeReader(open(read_end, "rb", buffering=0), ONE_SECOND)  # noqa: SIM115 - the reader closes it
     assert not raw.has_input()
     os.write(write_end, b"x")
     assert raw.has_input()
