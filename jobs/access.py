@@ -42,6 +42,22 @@ def visible_jobs(user) -> QuerySet[TrainingJob]:
     return jobs
 
 
+def visible_job(user, jobs: QuerySet[TrainingJob] | None = None, **lookup) -> TrainingJob | None:
+    """The one job matching `lookup` that `user` may see, or None: `visible_jobs`' rule, with the
+    account's permissions asked only for a creator-only job of someone else. The filter asks for
+    them on every look-up (two queries, before the job's own); a Stop or a job's API call needs
+    one query here."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return None
+    jobs = TrainingJob.objects.all() if jobs is None else jobs
+    if not user.is_superuser:
+        jobs = jobs.filter(workspace__members=user)
+    job = jobs.filter(**lookup).first()
+    if job is None or user.is_superuser or job.visibility == TrainingJob.Visibility.WORKSPACE:
+        return job
+    return job if job.created_by_id == user.id or user.has_perm(LIST_ALL_JOBS) else None
+
+
 def workspaces_of(user) -> QuerySet[Workspace]:
     if user is None or not user.is_authenticated:
         return Workspace.objects.none()

@@ -9,8 +9,8 @@ import time
 import pytest
 from rest_framework.test import APIClient
 
-from jobs.models import TaskRun, TrainingJob
-from tests.helpers import BUSYBOX, job_container, wait_for
+from jobs.models import Phase, TaskRun, TrainingJob
+from tests.helpers import BUSYBOX, job_container, submit_job, wait_for
 
 # Refusals create nothing and roll back; a test that creates a job runs it: the worker (transactional).
 pytestmark = [pytest.mark.django_db]
@@ -243,6 +243,19 @@ def test_outsider_gets_404_for_the_project_and_the_job(demo, api):
     assert outsider.get(f"/v2/{own_project}/training-jobs").json()["count"] == 0
     assert TrainingJob.objects.filter(name="intruder").count() == 0
     assert TrainingJob.objects.get(id=job_id).terminate_requested is False
+
+
+def test_a_stop_request_asks_the_database_six_times(demo, api, django_assert_max_num_queries):
+    """The Stop's request: the token, the job (the caller's membership and the job's visibility in
+    the same query), the UPDATE (in a savepoint here: the test's transaction), the job again for
+    the answer. It was 12: the workspace, the account's permissions, the job reloaded piecewise."""
+    job = submit_job(demo, name="to-stop")
+    TrainingJob.objects.filter(id=job.id).update(phase=Phase.RUNNING)
+    with django_assert_max_num_queries(6):
+        response = api.post(f"{job_url(demo, job.id)}/actions", {"action_type": "terminate"}, format="json")
+    assert response.status_code == 202
+    assert response.json()["status"]["phase"] == Phase.TERMINATING
+    assert TrainingJob.objects.get(id=job.id).terminate_requested
 
 
 @runs_jobs

@@ -175,6 +175,20 @@ def test_visible_jobs_follows_the_table(cast, role):
     assert {str(pk) for pk in visible} == expected_ids(cast, role)
 
 
+@pytest.mark.parametrize("role", ROLES)
+def test_visible_job_follows_the_table(cast, role, django_assert_max_num_queries):
+    """The one-job look-up (a Stop, every job API call) gives what the filter gives, job by job;
+    a workspace-visible job or one's own costs one query, not the two of the permissions first."""
+    user = cast.users[role]
+    for job in cast.jobs.values():
+        found = access.visible_job(user, id=job.id)
+        assert (found is not None) == (str(job.id) in expected_ids(cast, role)), (role, job.name)
+        assert found is None or found.id == job.id
+    owner = get_user_model().objects.get(pk=cast.demo.owner.pk)  # no permissions cached
+    with django_assert_max_num_queries(1):
+        assert access.visible_job(owner, id=cast.jobs["shared"].id) is not None
+
+
 def test_list_all_jobs_stays_within_the_holders_workspaces(cast):
     """ "May list all jobs" shows creator-only jobs of the holder's workspaces, not of other workspaces."""
     elsewhere = cast.demo.outsider.workspaces.get()
@@ -185,19 +199,27 @@ def test_list_all_jobs_stays_within_the_holders_workspaces(cast):
     assert not access.visible_jobs(auditor).filter(id=foreign.id).exists()
     assert access.visible_jobs(cast.users["superuser"]).filter(id=foreign.id).exists()
     # The outsider holding the permission sees it in their own workspace, still nothing of "team".
+    assert access.visible_job(auditor, id=foreign.id) is None
+    assert access.visible_job(cast.users["superuser"], id=foreign.id) == foreign
     outsider = grant(cast.demo.outsider, "list_all_jobs")
     assert set(access.visible_jobs(outsider).values_list("id", flat=True)) == {foreign.id}
+    assert access.visible_job(outsider, id=foreign.id) == foreign
+    assert access.visible_job(outsider, id=cast.jobs["member_private"].id) is None
 
 
 def test_anonymous_and_inactive_users_see_nothing(cast):
     from django.contrib.auth.models import AnonymousUser
 
+    shared = cast.jobs["shared"].id
     assert not access.visible_jobs(AnonymousUser()).exists()
     assert not access.visible_jobs(None).exists()
+    assert access.visible_job(AnonymousUser(), id=shared) is None
+    assert access.visible_job(None, id=shared) is None
     member = cast.demo.member
     member.is_active = False
     member.save()
     assert not access.visible_jobs(member).exists()
+    assert access.visible_job(member, id=shared) is None
 
 
 # -- pages -----------------------------------------------------------------------------------------------

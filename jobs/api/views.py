@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from jobs import listing
-from jobs.access import check_quota, visible_jobs, workspaces_of
+from jobs.access import check_quota, visible_job, visible_jobs, workspaces_of
 from jobs.goodput import job_goodput, prefetch_goodput_records, recovery_costs
 from jobs.listing import JobQuery
 from jobs.models import FINAL_PHASES, TaskRun, TrainingJob, Workspace
@@ -29,10 +29,13 @@ def _workspace(request, project_id: str) -> Workspace:
 
 
 def _job(request, project_id: str, job_id) -> TrainingJob:
-    workspace = _workspace(request, project_id)
-    return get_object_or_404(
-        visible_jobs(request.user).select_related("workspace", "created_by"), workspace=workspace, id=job_id
-    )
+    """The job, in the project's workspace, if the caller may see it (a member of the workspace,
+    and the rule of visible_jobs): one query."""
+    jobs = TrainingJob.objects.select_related("workspace", "created_by")
+    job = visible_job(request.user, jobs, workspace__project_id=project_id, id=job_id)
+    if job is None:
+        raise Http404("No such job.")
+    return job
 
 
 def _error(status_code: int, errors: dict[str, list[str]]) -> Response:
@@ -169,7 +172,7 @@ class TrainingJobActions(APIView):
                 status=status.HTTP_400_BAD_REQUEST,
             )
         stop.request_terminate(job.id)
-        job.refresh_from_db()
+        job = TrainingJob.objects.select_related("workspace", "created_by").get(id=job.id)  # one query
         return Response(job_representation(job), status=status.HTTP_202_ACCEPTED)
 
 

@@ -122,17 +122,21 @@ def request_terminate(job_id, reason: str = "") -> bool:
     now = timezone.now()
     with transaction.atomic():
         wish = TrainingJob.objects.filter(id=job_id, terminate_requested=False)
-        changed = wish.filter(phase__in=RETAINED_PHASES).update(terminate_requested=True, terminate_requested_at=now)
+        # A job that runs or waits first (the common Stop): one UPDATE.
+        changed = wish.exclude(phase__in=FINAL_PHASES | RETAINED_PHASES).update(
+            terminate_requested=True,
+            terminate_requested_at=now,
+            phase=Phase.TERMINATING,
+            **({"phase_reason": reason} if reason else {}),
+        )
         if not changed:
-            changed = wish.exclude(phase__in=FINAL_PHASES | RETAINED_PHASES).update(
-                terminate_requested=True,
-                terminate_requested_at=now,
-                phase=Phase.TERMINATING,
-                **({"phase_reason": reason} if reason else {}),
-            )
+            retained = wish.filter(phase__in=RETAINED_PHASES)
+            changed = retained.update(terminate_requested=True, terminate_requested_at=now)
         if changed:
-            announce(job_id)
+            # The stop task is sent first after the commit, the pages are told after it (a
+            # look-up and two publishes): the worker's stop does not wait for them.
             later.stop_job(job_id)
+            announce(job_id)
     return bool(changed)
 
 
@@ -199,11 +203,13 @@ def stop_job(job_id) -> bool:
             if not job.is_final and active_attempt(job) is None:
                 finish(job, Phase.TERMINATED, stop_reason(job))
         return True
+    runs = list(attempt.task_runs.select_related("host"))
     # A run still "created" has no container yet, unless it restarts in place: the container it
     # reuses runs (the run before's) while the start has not given the go.
-    started = attempt.task_runs.exclude(state=TaskRun.State.CREATED, reuses_container=False)
-    if attempt.state == Attempt.State.RUNNING or started.exists():
-        stop_attempt_containers(attempt.id)
+    started = [r for r in runs if r.state != TaskRun.State.CREATED or r.reuses_container]
+    if attempt.state == Attempt.State.RUNNING or started:
+        for task_run in runs:
+            stop_run_container(task_run)
     # Followers record the exits; this covers attempts with nothing left to follow.
     attempt_may_have_ended(attempt.id)
     return True

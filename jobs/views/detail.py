@@ -13,7 +13,7 @@ from django.utils.translation import gettext, ngettext, pgettext_lazy
 from django.views.decorators.http import require_POST
 
 from jobs import labels, resource_charts, whatif
-from jobs.access import visible_jobs
+from jobs.access import visible_job, visible_jobs
 from jobs.goodput import job_goodput
 from jobs.models import Attempt, TrainingJob
 from jobs.runtime import logreading, metrics, outputs, ssh, stop
@@ -400,7 +400,9 @@ def _instance(request, job: TrainingJob) -> int:
 @login_required
 @require_POST
 def job_stop(request, job_id):
-    job = get_object_or_404(visible_jobs(request.user), id=job_id)
+    job = visible_job(request.user, id=job_id)
+    if job is None:
+        raise Http404("No such job.")
     stop.request_terminate(job.id)
     job.refresh_from_db()
     return render(request, "jobs/_job_header.html", job_context(job))
