@@ -13,11 +13,27 @@ HZ = os.sysconf("SC_CLK_TCK")
 POSTED: dict[str, float] = {}  # job id -> wall time of its Stop's POST
 
 
-def stop_breakdown(trace_path: Path, job_ids: list[str]) -> dict[str, list[float]]:
+def _stop_tasks(path: Path | None) -> tuple[dict[str, float], dict[str, float]]:
+    """When each job's stop task was sent (daphne) and began (the worker): bench/_trace.py's
+    BENCH_TASK_TRACE lines, by job id."""
+    sent: dict[str, float] = {}
+    began: dict[str, float] = {}
+    if path is not None and path.exists():
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 5 and parts[3].endswith(".stop_job"):
+                (sent if parts[0] == "SENT" else began)[parts[4]] = int(parts[1]) / 1e9
+    return sent, began
+
+
+def stop_breakdown(trace_path: Path, job_ids: list[str], task_trace: Path | None = None) -> dict[str, list[float]]:
     """Where each stop's time went (ms), from the database's timestamps, the engine's FinishedAt
     and the worker's traced Docker calls: the request, the worker's stop call, the container's
-    exit, the job's end."""
+    exit, the job's end; with `task_trace`, the queue step split where the stop task was sent and
+    where it began."""
     from jobs.models import TaskRun, TrainingJob
+
+    sent, began = _stop_tasks(task_trace)
 
     calls = []
     looks = []  # (start, end, thread, path) of the worker's inspects: the stop's own look-up
@@ -47,6 +63,12 @@ def stop_breakdown(trace_path: Path, job_ids: list[str]) -> dict[str, list[float
             ("exit -> stop call returned", run.ended_at.timestamp(), stop[1]),
             ("stop returned -> Terminated", stop[1], job.ended_at.timestamp()),
         ]
+        if job_id in sent and job_id in began:
+            marks[1:2] = [
+                ("requested -> stop task sent", requested, sent[job_id]),
+                ("sent -> the task began", sent[job_id], began[job_id]),
+                ("the task began -> first call", began[job_id], first_call),
+            ]
         for what, a, b in marks:
             out.setdefault(what, []).append((b - a) * 1000)
         # The stop split in two: the engine's stop call, and the console's own part around it

@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from html import unescape
 from pathlib import Path
@@ -82,6 +83,7 @@ class Stack:
         self.procs: list[tuple[str, subprocess.Popen]] = []
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self._sessions = threading.local()  # api(): one kept connection per thread
 
     # -- environment ---------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -218,13 +220,15 @@ class Stack:
 
     # -- API and websocket helpers -------------------------------------------------
     def api(self, method: str, path: str, **kwargs):
+        """One API call over this thread's kept connection, as an API client or a browser keeps
+        one (a new connection per call measured the client's and daphne's connection set-up)."""
         import requests
 
+        session = getattr(self._sessions, "session", None)
+        if session is None:
+            session = self._sessions.session = requests.Session()
         headers = {"Authorization": f"Token {self.token}"}
-        response = requests.request(
-            method, f"{self.url}/v2/{self.project_id}{path}", headers=headers, timeout=30, **kwargs
-        )
-        return response
+        return session.request(method, f"{self.url}/v2/{self.project_id}{path}", headers=headers, timeout=30, **kwargs)
 
     def create_job(self, name: str, image: str, command: str) -> str:
         body = {

@@ -102,6 +102,33 @@ if _census_path:
             del objs
 
     threading.Thread(target=_census, daemon=True, name="bench-census").start()
+_task_path = os.environ.get("BENCH_TASK_TRACE")
+if _task_path:
+    # When each task was sent (in the sending process) and began in the worker.
+    try:
+        import celery.app.task as _ct
+        from celery.signals import task_prerun as _prerun
+    except Exception:
+        _ct = None
+    if _ct is not None:
+        _apply = _ct.Task.apply_async
+        _tlock = threading.Lock()
+
+        def apply_async(self, args=None, kwargs=None, **options):
+            t0 = time.time_ns()
+            try:
+                return _apply(self, args, kwargs, **options)
+            finally:
+                with _tlock, open(_task_path, "a") as f:
+                    f.write(f"SENT {t0} {time.time_ns()} {self.name} {(args or [''])[0]}\\n")
+
+        _ct.Task.apply_async = apply_async
+
+        def _began(sender=None, args=None, **kw):
+            with _tlock, open(_task_path, "a") as f:
+                f.write(f"BEGAN {time.time_ns()} 0 {getattr(sender, 'name', '')} {(args or [''])[0]}\\n")
+
+        _prerun.connect(_began, weak=False)
 _hold_path = os.environ.get("BENCH_POOL_HOLDS")
 if _hold_path:
     # Every pooled connection held over 20 ms: for how long, by which thread, taken where. Set

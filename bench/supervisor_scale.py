@@ -271,7 +271,8 @@ def main() -> int:
     rows = []
     stack = Stack(args.database, keep_db=args.keep_db)
     trace_path = enable_docker_trace(stack)
-    os.environ["BENCH_STOP_TRACE"] = os.path.join(stack.tmp, "stop-trace.log")
+    task_trace = Path(stack.tmp, "task-trace.log")
+    os.environ["BENCH_TASK_TRACE"] = str(task_trace)  # when each stop task was sent and began
     pool_trace = Path(stack.tmp, "pool-trace.log")
     os.environ["BENCH_POOL_TRACE"] = str(pool_trace)
     with stack:
@@ -327,7 +328,7 @@ def main() -> int:
                 bare += [bare_stop_latency(client, stack) for _ in range(args.probes)]
                 del running[-args.probes :]
             bare.sort()
-            parts = stop_breakdown(trace_path, stopped)
+            parts = stop_breakdown(trace_path, stopped, task_trace)
             restart_parts = restart_breakdown(trace_path, killed_now)
             rss_per = (now["VmRSS"] - idle["VmRSS"]) / 1024 / len(running)
             rows.append(
