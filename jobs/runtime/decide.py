@@ -77,7 +77,7 @@ def attempt_may_have_ended(attempt_id: int) -> bool:
     runs = list(attempt.task_runs.select_related("host"))
     failed = sorted((r for r in runs if _failed(r)), key=lambda r: r.ended_at or timezone.now())
     done = [r for r in runs if r.state not in (TaskRun.State.CREATED, TaskRun.State.RUNNING)]
-    terminating = TrainingJob.objects.filter(id=attempt.job_id, terminate_requested=True).exists()
+    terminating = attempt.job.terminate_requested  # read with the attempt, just now; the claim locks it
     preempted = _preempted(attempt)
     stopping = terminating or preempted
     if not failed and not stopping and len(done) < len(runs):
@@ -155,18 +155,21 @@ def _claim_and_decide(
             # this stop may have made the attempt running with a live container meanwhile; its
             # follower (or the start's own clean-up, for an attempt still starting) comes back.
             claim = claim.exclude(state=Attempt.State.RUNNING, task_runs__state=TaskRun.State.RUNNING)
-        if not claim.update(state=Attempt.State.ENDED, ended_at=timezone.now()):
+        # A stop's outcome is known before the claim (the job's row is locked: its wish cannot
+        # change), so the claim writes it: one statement fewer on the path a Stop waits on.
+        outcome = {"outcome": Attempt.Outcome.TERMINATED} if job.terminate_requested else {}
+        if not claim.update(state=Attempt.State.ENDED, ended_at=timezone.now(), **outcome):
             raise _AlreadyClaimed
         faults.crash_point("after-claim")
+        if job.terminate_requested:
+            finish(job, Phase.TERMINATED, stop_reason(job))  # by the user, or by auto stop
+            return None
         # Once ended, no scheduler can claim it any more (it claims running attempts only):
         # whether it was preempted is now settled.
         attempt.refresh_from_db(fields=["preempted_at", "preempted_by", "ended_at"])
         preempted = _preempted(attempt)
         decision = None
-        if job.terminate_requested:
-            Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.TERMINATED)
-            finish(job, Phase.TERMINATED, stop_reason(job))  # by the user, or by auto stop
-        elif preempted:
+        if preempted:
             # Before "exited 0 -> Completed" and the failure classes: on SIGTERM a process
             # may exit 0 or 143, and neither is the job's own end.
             Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.PREEMPTED)
