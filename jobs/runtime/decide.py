@@ -73,7 +73,9 @@ def _failed(task_run: TaskRun) -> bool:
 
 def attempt_may_have_ended(attempt_id: int) -> bool:
     """Called whenever an instance ended: end the attempt once its fate is known."""
-    attempt = Attempt.objects.select_related("job", "preempted_by").get(id=attempt_id)
+    # Not preempted_by: a second job's whole row, on every instance's end, that the preemption
+    # branch reads again after its claim anyway (refresh_from_db drops the cached one).
+    attempt = Attempt.objects.select_related("job").get(id=attempt_id)
     runs = list(attempt.task_runs.select_related("host"))
     failed = sorted((r for r in runs if _failed(r)), key=lambda r: r.ended_at or timezone.now())
     done = [r for r in runs if r.state not in (TaskRun.State.CREATED, TaskRun.State.RUNNING)]

@@ -191,7 +191,9 @@ def stop_job(job_id) -> bool:
     (its retention is over, or the user stopped it) remove its containers."""
     from .decide import attempt_may_have_ended
 
-    job = TrainingJob.objects.filter(id=job_id).first()
+    # What is decided here needs three columns (each branch below reads the job again if it acts
+    # on it), not the whole row of a job's settings.
+    job = TrainingJob.objects.filter(id=job_id).only("id", "phase", "terminate_requested").first()
     if job is not None and job.phase in RETAINED_PHASES:
         return release_retained(job.id)
     if job is None or not job.terminate_requested or job.is_final:
