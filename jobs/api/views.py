@@ -34,7 +34,7 @@ def _job(request, project_id: str, job_id) -> TrainingJob:
     jobs = TrainingJob.objects.select_related("workspace", "created_by")
     job = visible_job(request.user, jobs, workspace__project_id=project_id, id=job_id)
     if job is None:
-        raise Http404("No such job.")
+        raise Http404("No such project or job.")
     return job
 
 

@@ -79,7 +79,9 @@ def attempt_may_have_ended(attempt_id: int) -> bool:
     runs = list(attempt.task_runs.select_related("host"))
     failed = sorted((r for r in runs if _failed(r)), key=lambda r: r.ended_at or timezone.now())
     done = [r for r in runs if r.state not in (TaskRun.State.CREATED, TaskRun.State.RUNNING)]
-    terminating = attempt.job.terminate_requested  # read with the attempt, just now; the claim locks it
+    # Read with the attempt a moment ago, unlocked (as the query it replaces was); the claim
+    # locks the job's row and decides on what it reads then.
+    terminating = attempt.job.terminate_requested
     preempted = _preempted(attempt)
     stopping = terminating or preempted
     if not failed and not stopping and len(done) < len(runs):

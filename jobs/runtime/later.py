@@ -42,8 +42,10 @@ def end_attempt(attempt_id: int) -> None:
 
 
 def stop_job(job_id: UUID | str) -> None:
-    """Stop a job whose termination was requested, or release a retained one (stop.stop_job)."""
-    _after_commit(tasks.stop_job, str(job_id))
+    """Stop a job whose termination was requested, or release a retained one (stop.stop_job).
+    Robust: a broker that refuses the message does not keep the callbacks after it (the pages'
+    announcements) from running; reconcile sends the stop of a job left Terminating again."""
+    transaction.on_commit(lambda: tasks.stop_job.delay(str(job_id)), robust=True)
 
 
 def stop_instance(task_run_id: int, expires_s: float) -> None:
