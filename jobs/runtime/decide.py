@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from faulttolerance import classify as c
@@ -73,15 +74,14 @@ def _failed(task_run: TaskRun) -> bool:
 
 def attempt_may_have_ended(attempt_id: int) -> bool:
     """Called whenever an instance ended: end the attempt once its fate is known."""
-    # Not preempted_by: a second job's whole row, on every instance's end, that the preemption
-    # branch reads again after its claim anyway (refresh_from_db drops the cached one).
-    attempt = Attempt.objects.select_related("job").get(id=attempt_id)
+    # One column of the job, not its whole row (some sixty settings, JSON among them, decoded
+    # on every instance's end) nor the preempting job's: the claim locks the job's row and reads
+    # it again, and the preemption branch reads who preempted after its claim.
+    attempt = Attempt.objects.annotate(job_terminating=F("job__terminate_requested")).get(id=attempt_id)
     runs = list(attempt.task_runs.select_related("host"))
     failed = sorted((r for r in runs if _failed(r)), key=lambda r: r.ended_at or timezone.now())
     done = [r for r in runs if r.state not in (TaskRun.State.CREATED, TaskRun.State.RUNNING)]
-    # Read with the attempt a moment ago, unlocked (as the query it replaces was); the claim
-    # locks the job's row and decides on what it reads then.
-    terminating = attempt.job.terminate_requested
+    terminating = attempt.job_terminating  # unlocked, as the query it replaced was
     preempted = _preempted(attempt)
     stopping = terminating or preempted
     if not failed and not stopping and len(done) < len(runs):
