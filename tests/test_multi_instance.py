@@ -330,9 +330,12 @@ def test_a_process_restart_whose_new_run_ends_at_once_completes(demo, worker):
         assert (job.phase, job.restarts_used) == (Phase.COMPLETED, 1), job.phase_reason
 
 
-# Rank 0 fails after a second; rank 1 prints until it is stopped, and says so on SIGTERM.
-ONE_FAILS_ONE_RUNS = (
-    'if [ "$RANK" = 0 ]; then echo "r0 failing"; sleep 1; exit 1; fi; '
+# Rank 1 prints until it is stopped, and says so on SIGTERM. Rank 0 fails once the test has seen
+# both instances running and touches /tmp/go in its container: a rank 0 that failed a second after
+# its start could end before a busy machine's start of rank 1 was recorded, and "both running" was
+# never seen.
+RANK_0_FAILS_ON_GO = (
+    'if [ "$RANK" = 0 ]; then while [ ! -e /tmp/go ]; do sleep 0.1; done; echo "r0 failing"; exit 1; fi; '
     "trap 'echo \"r1 stopped\"; exit 143' TERM; "
     'i=0; while true; do i=$((i+1)); echo "r1 line $i"; sleep 0.1 & wait $!; done'
 )
@@ -347,8 +350,10 @@ def test_a_worker_killed_before_it_stopped_the_other_instance_loses_none_of_it(
     the next worker adopts it, does the stop the decision did not, and persists every line rank 1
     wrote, its last one on SIGTERM included; then the container is removed."""
     with worker_dying_at(worker, monkeypatch, "before-stopping-the-attempt") as wait_for_its_death:
-        job = make_job(demo, ONE_FAILS_ONE_RUNS, fault_tolerance=False)
+        job = make_job(demo, RANK_0_FAILS_ON_GO, fault_tolerance=False)
         logs = follow_containers(job, 1)
+        container_0 = docker_client.containers.get(runs_of(job, 1)[0].container_id)
+        assert container_0.exec_run(["touch", "/tmp/go"]).exit_code == 0
         wait_for_its_death()
         assert ended(job) and job.phase == Phase.FAILED, job.phase  # decided before it died
     runs = runs_of(job, 1)
@@ -370,13 +375,6 @@ def test_a_worker_killed_before_it_stopped_the_other_instance_loses_none_of_it(
         timeout=30,
         message="rank 1's container removed",
     )
-
-
-RANK_0_FAILS_ON_GO = (
-    'if [ "$RANK" = 0 ]; then while [ ! -e /tmp/go ]; do sleep 0.1; done; echo "r0 failing"; exit 1; fi; '
-    "trap 'echo \"r1 stopped\"; exit 143' TERM; "
-    'i=0; while true; do i=$((i+1)); echo "r1 line $i"; sleep 0.1 & wait $!; done'
-)
 
 
 def test_an_instance_followed_elsewhere_is_stopped_when_the_deciding_worker_died(
