@@ -11,6 +11,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import Q, QuerySet
+from django.http import Http404
 from django.utils.translation import gettext
 
 from .models import TrainingJob, Workspace
@@ -56,6 +57,15 @@ def visible_job(user, jobs: QuerySet[TrainingJob] | None = None, **lookup) -> Tr
     if job is None or user.is_superuser or job.visibility == TrainingJob.Visibility.WORKSPACE:
         return job
     return job if job.created_by_id == user.id or user.has_perm(LIST_ALL_JOBS) else None
+
+
+def visible_job_or_404(user, jobs: QuerySet[TrainingJob] | None = None, **lookup) -> TrainingJob:
+    """`visible_job` for a page or an API view: a job that does not exist and one the caller may
+    not see are the same 404."""
+    job = visible_job(user, jobs, **lookup)
+    if job is None:
+        raise Http404("No such job.")
+    return job
 
 
 def workspaces_of(user) -> QuerySet[Workspace]:

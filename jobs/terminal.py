@@ -33,7 +33,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib.auth import get_user_model
 
 from . import events, session_limits
-from .access import visible_jobs
+from .access import visible_job, visible_jobs
 from .models import EventKind, TaskRun
 from .runtime import engine, engine_exec
 
@@ -51,7 +51,7 @@ MAX_SIZE = 1000  # rows and columns a resize may ask for
 
 def running_task_run(user, job_id, index: int) -> TaskRun | None:
     """The instance's run of the job's newest attempt, if the user may see the job and it runs."""
-    job = visible_jobs(user).filter(id=job_id).first()
+    job = visible_job(user, id=job_id)
     if job is None:
         return None
     run = (

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
+from django.db.models import QuerySet
 from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils.translation import gettext
@@ -28,11 +29,16 @@ def _workspace(request, project_id: str) -> Workspace:
     return get_object_or_404(workspaces_of(request.user), project_id=project_id)
 
 
+def _with_rows_shown() -> QuerySet[TrainingJob]:
+    """Jobs with the rows job_representation shows (workspace, creator): one query per job."""
+    return TrainingJob.objects.select_related("workspace", "created_by")
+
+
 def _job(request, project_id: str, job_id) -> TrainingJob:
     """The job, in the project's workspace, if the caller may see it (a member of the workspace,
-    and the rule of visible_jobs): one query."""
-    jobs = TrainingJob.objects.select_related("workspace", "created_by")
-    job = visible_job(request.user, jobs, workspace__project_id=project_id, id=job_id)
+    and the rule of visible_jobs): one query. A project that is not the caller's reads as a job
+    that is not there."""
+    job = visible_job(request.user, _with_rows_shown(), workspace__project_id=project_id, id=job_id)
     if job is None:
         raise Http404("No such project or job.")
     return job
@@ -172,7 +178,7 @@ class TrainingJobActions(APIView):
                 status=status.HTTP_400_BAD_REQUEST,
             )
         stop.request_terminate(job.id)
-        job = TrainingJob.objects.select_related("workspace", "created_by").get(id=job.id)  # one query
+        job = _with_rows_shown().get(id=job.id)
         return Response(job_representation(job), status=status.HTTP_202_ACCEPTED)
 
 

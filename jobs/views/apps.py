@@ -6,9 +6,9 @@ from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import render
 
-from ..access import visible_jobs
+from ..access import visible_job_or_404
 from ..proxy import tickets
 from ..proxy.asgi import LOGIN_PATH
 from ..proxy.origins import APPS, Target, origin
@@ -22,7 +22,7 @@ def open_app(request: HttpRequest, job_id, app: str, index: int) -> HttpResponse
     """Redirect to the app's origin with a one-minute ticket; or say why it cannot open."""
     if app not in APPS:
         raise Http404("No such app")
-    job = get_object_or_404(visible_jobs(request.user), id=job_id)
+    job = visible_job_or_404(request.user, id=job_id)
     target = Target(APPS[app], job.id, index)
     if not getattr(job, target.app.field):
         raise Http404(f"This job did not ask for {target.app.name}.")

@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 from django.db import models as db_models
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.utils.translation import gettext
 from django.views.decorators.http import require_POST
@@ -24,7 +24,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from jobs import validators as v
 from jobs import whatif, wizard
-from jobs.access import visible_jobs
+from jobs.access import visible_job_or_404
 from jobs.forms import JobCreateForm, copy_initial, read_env_file
 from jobs.models import PresetTemplate, TrainingJob
 from jobs.runtime import schedule
@@ -112,7 +112,7 @@ def _start(request: HttpRequest) -> HttpResponse:
             copy_of = uuid.UUID(request.GET["copy"])
         except ValueError:
             raise Http404(gettext("No job with that id.")) from None
-        source = get_object_or_404(visible_jobs(request.user), id=copy_of)
+        source = visible_job_or_404(request.user, id=copy_of)
         initial = copy_initial(source)
         notice = gettext("Copied from %(name)s.") % {"name": source.name}
         if any(e.get("sensitive") for e in source.environments or []):

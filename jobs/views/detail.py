@@ -6,14 +6,14 @@ from datetime import datetime, timedelta
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse, StreamingHttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.translation import gettext, ngettext, pgettext_lazy
 from django.views.decorators.http import require_POST
 
 from jobs import labels, resource_charts, whatif
-from jobs.access import visible_job, visible_jobs
+from jobs.access import visible_job_or_404
 from jobs.goodput import job_goodput
 from jobs.models import Attempt, TrainingJob
 from jobs.runtime import logreading, metrics, outputs, ssh, stop
@@ -369,7 +369,7 @@ def _ticks(start: datetime, end: datetime, span_s: float, x) -> list[Tick]:
 
 @login_required
 def job_detail(request, job_id):
-    job = get_object_or_404(visible_jobs(request.user), id=job_id)
+    job = visible_job_or_404(request.user, id=job_id)
     tab = request.GET.get("tab", "overview")
     if tab not in TABS:
         raise Http404("No such tab")
@@ -400,9 +400,7 @@ def _instance(request, job: TrainingJob) -> int:
 @login_required
 @require_POST
 def job_stop(request, job_id):
-    job = visible_job(request.user, id=job_id)
-    if job is None:
-        raise Http404("No such job.")
+    job = visible_job_or_404(request.user, id=job_id)
     stop.request_terminate(job.id)
     job.refresh_from_db()
     return render(request, "jobs/_job_header.html", job_context(job))
@@ -412,7 +410,7 @@ def job_stop(request, job_id):
 def job_log_download(request, job_id, index):
     """The log of one instance across all attempts, or of a time range (start_time, end_time)
     where the job allows it; 410 once retention deleted the logs."""
-    job = get_object_or_404(visible_jobs(request.user), id=job_id)
+    job = visible_job_or_404(request.user, id=job_id)
     try:
         start_ns, end_ns = logreading.check_log_request(job, request.GET)
     except logreading.LogRequestRefused as refused:

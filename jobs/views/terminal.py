@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import render
 
-from ..access import visible_jobs
+from ..access import visible_job_or_404
 from ..terminal import running_task_run
 
 
@@ -14,7 +14,7 @@ from ..terminal import running_task_run
 def job_terminal(request: HttpRequest, job_id, index: int) -> HttpResponse:
     """A shell in worker-<index> of the job, for anyone who may see the job, while it runs. The
     page of an instance that does not run says so (the socket would refuse it anyway)."""
-    job = get_object_or_404(visible_jobs(request.user), id=job_id)
+    job = visible_job_or_404(request.user, id=job_id)
     if not 0 <= index < job.node_count:
         raise Http404("No such instance")
     run = running_task_run(request.user, job.id, index)
