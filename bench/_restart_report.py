@@ -172,6 +172,16 @@ def report(
         for label, key in (("attempt ended", "attempt_ended"), ("next attempt created", "next_created")):
             print(f"  {ms(middle[key] - middle['die']):7.1f}          {label} (database)")
     trace_breakdown(trace, [(s["exit"], s["user"]) for s in process], "(d) from the exit to the restarted process")
+    if process:
+        middle = sorted(process, key=lambda s: s["user"] - s["exit"])[len(process) // 2]
+        print("\n(d) the median process restart's timeline: the worker's calls from the exit (ms after it)")
+        for t0, t1, thread, method, endpoint in trace:
+            if middle["marker"] <= t1 and t0 <= middle["launcher"] and "/events" not in endpoint:
+                at, until = ms(t0 - middle["exit"]), ms(t1 - middle["exit"])
+                print(f"  {at:7.1f} {until:7.1f}  {thread:<22} {method} {endpoint}")
+        for label, key in (("task run ended", "detected"), ("next attempt created", "next_created")):
+            print(f"  {ms(middle[key] - middle['exit']):7.1f}          {label} (database)")
+        print(f"  {ms(middle['launcher'] - middle['exit']):7.1f}          launcher restarts (its log line)")
 
     print("\n(e) a container start step by step (median ms; the console creates a new container per restart):")
     for key, values in steps.items():

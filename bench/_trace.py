@@ -44,6 +44,40 @@ if _path:
                     f.write(line)
 
         _dc.APIClient.send = send
+_sql_path = os.environ.get("BENCH_SQL_TRACE")
+if _sql_path:
+    # Every statement and commit the process sends PostgreSQL, in the Docker trace's format (its
+    # "method" SQL, its "endpoint" the statement's first words): one timeline of both.
+    try:
+        import psycopg as _pg
+    except Exception:
+        _pg = None
+    if _pg is not None:
+        _execute, _commit = _pg.Cursor.execute, _pg.Connection.commit
+        _slock = threading.Lock()
+
+        def _sql_line(t0, what):
+            thread = threading.current_thread().name.replace(" ", "_")
+            what = " ".join(str(what).split())[:90]
+            with _slock, open(_sql_path, "a") as f:
+                f.write(f"{t0} {time.time_ns()} {os.getpid()} {thread} SQL {what}\\n")
+
+        def execute(self, query, *args, **kwargs):
+            t0 = time.time_ns()
+            try:
+                return _execute(self, query, *args, **kwargs)
+            finally:
+                _sql_line(t0, query)
+
+        def commit(self):
+            t0 = time.time_ns()
+            try:
+                return _commit(self)
+            finally:
+                _sql_line(t0, "COMMIT")
+
+        _pg.Cursor.execute = execute
+        _pg.Connection.commit = commit
 _pool_path = os.environ.get("BENCH_POOL_TRACE")
 if _pool_path:
     # Every wait for a pooled database connection that took over 2 ms, and by which thread.
@@ -167,13 +201,17 @@ if _hold_path:
 """
 
 
-def enable_docker_trace(stack: Stack) -> Path:
+def enable_docker_trace(stack: Stack, *, sql: bool = False) -> Path:
+    """The worker's Docker calls (and with `sql`, its statements and commits: ~30 us each, so
+    off where a benchmark's figure is the target) logged to the returned file."""
     folder = Path(stack.tmp, "trace")
     folder.mkdir(exist_ok=True)
     (folder / "sitecustomize.py").write_text(TRACE_SITECUSTOMIZE)
     trace = Path(stack.tmp, "docker-trace.log")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
     os.environ["BENCH_DOCKER_TRACE"] = str(trace)
+    if sql:
+        os.environ["BENCH_SQL_TRACE"] = str(trace)  # the same file: lines with the method SQL
     return trace
 
 
@@ -200,7 +238,7 @@ def trace_breakdown(trace: list, windows: list[tuple[int, int]], title: str) -> 
     by_endpoint: dict[str, list[float]] = {}
     for start, end in windows:
         for t0, t1, _thread, method, endpoint in trace:
-            if start <= t0 <= end and "/events" not in endpoint and "/logs" not in endpoint:
+            if start <= t0 <= end and method != "SQL" and "/events" not in endpoint and "/logs" not in endpoint:
                 by_endpoint.setdefault(f"{method} {endpoint}", []).append(ms(t1 - t0))
     print(f"\n{title}: the worker's Docker API calls (median ms per call; calls per restart)")
     for key, values in sorted(by_endpoint.items(), key=lambda kv: -median(kv[1]) * len(kv[1])):

@@ -310,6 +310,9 @@ def main() -> int:
     parser.add_argument("--spec-runs", type=int, default=8, help="rounds of the step-by-step start (e)")
     parser.add_argument("--database", default="console_bench_restart")
     parser.add_argument("--keep-db", action="store_true", help="do not drop the database at the end")
+    parser.add_argument(
+        "--trace-sql", action="store_true", help="also trace the worker's SQL (the median process restart's timeline)"
+    )
     args = parser.parse_args()
 
     import docker
@@ -321,7 +324,7 @@ def main() -> int:
     # attempt started (10 s by default), so that each kill does not wait for it.
     os.environ.setdefault("CONSOLE_STANDBY_AFTER_S", "1")
     stack = Stack(args.database, keep_db=args.keep_db)
-    trace_path = enable_docker_trace(stack)
+    trace_path = enable_docker_trace(stack, sql=args.trace_sql)
     with stack:
         events = Events()
         events.start()
