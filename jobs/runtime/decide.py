@@ -159,31 +159,38 @@ def _claim_and_decide(
             # this stop may have made the attempt running with a live container meanwhile; its
             # follower (or the start's own clean-up, for an attempt still starting) comes back.
             claim = claim.exclude(state=Attempt.State.RUNNING, task_runs__state=TaskRun.State.RUNNING)
-        # A stop's outcome is known before the claim (the job's row is locked: its wish cannot
-        # change), so the claim writes it: one statement fewer on the path a Stop waits on.
-        outcome = {"outcome": Attempt.Outcome.TERMINATED} if job.terminate_requested else {}
-        if not claim.update(state=Attempt.State.ENDED, ended_at=timezone.now(), **outcome):
-            raise _AlreadyClaimed
-        faults.crash_point("after-claim")
         if job.terminate_requested:
+            # A stop's outcome is known before the claim (the job's row is locked: its wish
+            # cannot change), so the claim writes it: one statement fewer on the path a Stop waits on.
+            if not claim.update(state=Attempt.State.ENDED, ended_at=timezone.now(), outcome=Attempt.Outcome.TERMINATED):
+                raise _AlreadyClaimed
+            faults.crash_point("after-claim")
             finish(job, Phase.TERMINATED, stop_reason(job))  # by the user, or by auto stop
             return None
-        # Once ended, no scheduler can claim it any more (it claims running attempts only):
-        # whether it was preempted is now settled.
-        attempt.refresh_from_db(fields=["preempted_at", "preempted_by", "ended_at"])
-        preempted = _preempted(attempt)
+        # Otherwise the outcome follows from whether an instance failed, unless the attempt was
+        # preempted. Once ended, no scheduler can claim it any more (it claims running attempts
+        # only), so a claim of an attempt not preempted settles that it was not: the common case
+        # is one statement, with its outcome, where a claim, a re-read and an outcome were three.
+        ended_at = timezone.now()
+        outcome = Attempt.Outcome.FAILED if failed else Attempt.Outcome.SUCCEEDED
+        preempted = not claim.filter(preempted_at__isnull=True).update(
+            state=Attempt.State.ENDED, ended_at=ended_at, outcome=outcome
+        )
+        if preempted:
+            if not claim.update(state=Attempt.State.ENDED, ended_at=ended_at, outcome=Attempt.Outcome.PREEMPTED):
+                raise _AlreadyClaimed
+            attempt.refresh_from_db(fields=["preempted_at", "preempted_by"])
+        attempt.ended_at = ended_at
+        faults.crash_point("after-claim")
         decision = None
         if preempted:
             # Before "exited 0 -> Completed" and the failure classes: on SIGTERM a process
             # may exit 0 or 143, and neither is the job's own end.
-            Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.PREEMPTED)
             _requeue_preempted(job, attempt, runs)
         elif not failed:
-            Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.SUCCEEDED)
             finish(job, Phase.COMPLETED, "")
         else:
             decision = _decide_after_failure(job, attempt, failed[0], evidence or _FailureEvidence.of(failed[0]))
-            Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.FAILED)
         return decision
 
 
