@@ -77,6 +77,10 @@ def _restart_process(task_run: TaskRun, attempt: Attempt) -> None:
     engine.signal_container(container, "SIGUSR1")
 
 
+def _terminate_requested(job_id) -> bool:
+    return TrainingJob.objects.filter(id=job_id, terminate_requested=True).exists()
+
+
 def _describe_start_error(job: TrainingJob, task_run: TaskRun, exc: Exception) -> str:
     if isinstance(exc, engine.ImageNotFound):
         return (
@@ -93,31 +97,39 @@ def _describe_start_error(job: TrainingJob, task_run: TaskRun, exc: Exception) -
 
 def start_attempt(attempt_id: int) -> bool:
     """Create and start (or restart in place) the instances of an attempt; idempotent."""
-    attempt = Attempt.objects.select_related("job").filter(id=attempt_id).first()
+    # With the job's Stop wish only, not its whole row (some ninety settings, each a column to
+    # select and decode): a restart in place needs none of them before its go, the first thing
+    # it does; the row is read when a container is made, and for the events after the start.
+    attempt = Attempt.objects.annotate(job_terminating=F("job__terminate_requested")).filter(id=attempt_id).first()
     if attempt is None or attempt.state != Attempt.State.STARTING:
         return False
-    job = attempt.job
     runs = list(attempt.task_runs.select_related("host").order_by("index"))
     hosts = [r.host for r in runs]
     failed = False
     made = []  # the containers this call created or took: removed here if the job is gone
     marked = []  # the runs this call marked running
+    first = True
     for task_run in runs:
         if task_run.state != TaskRun.State.CREATED:
             continue
-        if TrainingJob.objects.filter(id=job.id, terminate_requested=True).exists():
+        # Read with the attempt a moment ago for the first instance; asked again before each
+        # one after it (a create takes a while).
+        if attempt.job_terminating if first else _terminate_requested(attempt.job_id):
             break
+        first = False
         started_at = timezone.now()
         try:
             if task_run.reuses_container:
-                # The previous attempt's run of this container is over, whoever follows it.
+                # The previous attempt's run of this container is over, whoever follows it. (An
+                # earlier attempt of the job has the smaller id: a job's attempts are made one
+                # at a time, under its row's lock. No join to the attempts, on the restart's path.)
                 TaskRun.objects.filter(
-                    container_id=task_run.container_id, state=TaskRun.State.RUNNING, attempt__number__lt=attempt.number
+                    container_id=task_run.container_id, state=TaskRun.State.RUNNING, attempt_id__lt=attempt.id
                 ).update(state=TaskRun.State.EXITED, ended_at=started_at)
                 _restart_process(task_run, attempt)
                 container_id = task_run.container_id
             else:
-                container = _create_and_start(job, attempt, task_run, hosts)
+                container = _create_and_start(attempt.job, attempt, task_run, hosts)
                 made.append(container)
                 container_id = container.id
                 # Docker's start; for an armed standby (standby.arm), started while the attempt
@@ -130,7 +142,7 @@ def start_attempt(attempt_id: int) -> bool:
             lost = isinstance(exc, engine.Unreachable) and not liveness.still_there(task_run.host)
             TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.CREATED).update(
                 state=TaskRun.State.LOST if lost else TaskRun.State.START_FAILED,
-                error=_describe_start_error(job, task_run, exc),
+                error=_describe_start_error(attempt.job, task_run, exc),
                 ended_at=timezone.now(),
             )
             failed = True
@@ -154,13 +166,16 @@ def start_attempt(attempt_id: int) -> bool:
     with transaction.atomic():
         # The job's row before the attempt's, the order the decision takes (decide.py):
         # a start and a stop's decision racing on one attempt wait for each other, never deadlock.
-        lock_job(job.id)
+        lock_job(attempt.job_id)
         moved = Attempt.objects.filter(id=attempt.id, state=Attempt.State.STARTING).update(
             state=Attempt.State.RUNNING, started_at=now
         )
+        # The job's whole row, once every instance had its go (read already if a container was
+        # made); locked above, so it is there when the attempt is.
+        job = attempt.job if moved else None
         if moved and not failed:
             became_running = TrainingJob.objects.filter(
-                id=job.id, phase__in=[Phase.PENDING, Phase.RESTARTING], terminate_requested=False
+                id=attempt.job_id, phase__in=[Phase.PENDING, Phase.RESTARTING], terminate_requested=False
             ).update(phase=Phase.RUNNING, phase_reason="", started_at=Coalesce(F("started_at"), now))
             RecoveryRecord.objects.filter(next_attempt=attempt, running_again_at=None).update(running_again_at=now)
             if became_running:
@@ -174,7 +189,7 @@ def start_attempt(attempt_id: int) -> bool:
                         level=attempt.level,
                         attempt=attempt.number,
                     )
-            announce(job.id)
+            announce(attempt.job_id)
     if not moved:
         row = Attempt.objects.filter(id=attempt.id).values_list("state", "started_at").first()
         state, ran_since = row or (None, None)
@@ -188,7 +203,7 @@ def start_attempt(attempt_id: int) -> bool:
                 state=TaskRun.State.EXITED, ended_at=timezone.now(), error="Stopped while the attempt was starting."
             )
             stop.remove_attempt_containers(attempt.id)
-        elif state is not None and TrainingJob.objects.filter(id=job.id, terminate_requested=True).exists():
+        elif state is not None and _terminate_requested(attempt.job_id):
             _stop_what_this_start_marked(attempt, marked, ended=state == Attempt.State.ENDED)
         # Without a Stop, ended after it ran: a concurrent start of it won (only the winner sets
         # started_at); its followers had the containers, and a container may already be the next
@@ -209,15 +224,15 @@ def start_attempt(attempt_id: int) -> bool:
         "id", flat=True
     ):
         followers.follow_soon(task_run_id)
-    if TrainingJob.objects.filter(id=job.id, terminate_requested=True).exists():
+    if _terminate_requested(attempt.job_id):
         # The user's Stop came while this start ran. Its stop task may have looked before these
         # instances were running (nothing to stop yet) and come to decide once this start had
         # made the attempt running (a running attempt is not ended while its containers run):
         # nobody would stop them. Ask it again; it is idempotent and decides once they ended.
-        later.stop_job(job.id)
+        later.stop_job(attempt.job_id)
     elif failed:
         later.end_attempt(attempt.id)
-    elif standby.wanted(job):
+    elif job is not None and standby.wanted(job):
         later.prepare_standby(attempt.id)
     return True
 
