@@ -81,10 +81,12 @@ def _terminate_requested(job_id) -> bool:
     return TrainingJob.objects.filter(id=job_id, terminate_requested=True).exists()
 
 
-def _describe_start_error(job: TrainingJob, task_run: TaskRun, exc: Exception) -> str:
+def _describe_start_error(attempt: Attempt, task_run: TaskRun, exc: Exception) -> str:
+    # The job's row only for a missing image (a create, which has read it): a restart in place of
+    # a job deleted meanwhile fails with NotFound, and its description must not need the row.
     if isinstance(exc, engine.ImageNotFound):
         return (
-            f"Image '{job.image}' does not exist on host {task_run.host.name}. "
+            f"Image '{attempt.job.image}' does not exist on host {task_run.host.name}. "
             "Images are built locally (no registry): ask an operator to load it, or pick a preset image."
         )
     if isinstance(exc, engine.NotFound):
@@ -142,7 +144,7 @@ def start_attempt(attempt_id: int) -> bool:
             lost = isinstance(exc, engine.Unreachable) and not liveness.still_there(task_run.host)
             TaskRun.objects.filter(id=task_run.id, state=TaskRun.State.CREATED).update(
                 state=TaskRun.State.LOST if lost else TaskRun.State.START_FAILED,
-                error=_describe_start_error(attempt.job, task_run, exc),
+                error=_describe_start_error(attempt, task_run, exc),
                 ended_at=timezone.now(),
             )
             failed = True
