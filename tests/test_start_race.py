@@ -315,3 +315,31 @@ def test_a_container_a_dead_start_left_under_a_stopped_attempt_is_an_orphan(demo
     finally:
         for container in docker_client.containers.list(all=True, sparse=True, filters={"id": left.id}):
             container.remove(force=True)
+
+
+def test_a_restart_in_place_whose_job_was_deleted_meanwhile_ends_quietly(demo, docker_client, monkeypatch):
+    """The user stopped and deleted the job while its process-level restart was starting: the
+    container to restart is gone (the Stop removed it), and so is the job's row. The start ends
+    the way every start whose job was deleted ends (False); describing the engine's NotFound does
+    not read the job's row, which the start no longer holds (it reads the job's Stop wish only)."""
+    job, first = _job_and_attempt(demo)
+    container = _live_container(docker_client, job)
+    try:
+        run = _ended_in_its_container(first, container.id, exit_code=1)
+        restart = schedule.new_attempt(job, [demo.host], "process", reuse={0: run})  # its start is run below
+        restart_process = start._restart_process
+        reached = []
+
+        def stopped_and_deleted_meanwhile(task_run, attempt):
+            container.remove(force=True)  # the Stop's removal
+            TrainingJob.objects.filter(id=job.id).delete()
+            reached.append(task_run.id)
+            restart_process(task_run, attempt)  # the real engine's NotFound
+
+        monkeypatch.setattr(start, "_restart_process", stopped_and_deleted_meanwhile)
+        assert start.start_attempt(restart.id) is False
+        assert reached, "the start did not reach the restart in place: the race was not reached"
+        assert not Attempt.objects.filter(id=restart.id).exists()
+    finally:
+        for leftover in _containers_of(docker_client, job):
+            leftover.remove(force=True)
