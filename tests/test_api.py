@@ -4,7 +4,10 @@ database; jobs that must run use the real Celery worker and Docker."""
 from __future__ import annotations
 
 import copy
+import logging
+import socket
 import time
+from contextlib import contextmanager
 
 import pytest
 from rest_framework.test import APIClient
@@ -421,3 +424,42 @@ def test_bad_notification_settings_are_refused(demo, api, notification, path):
     assert response.status_code == 400
     assert path in response.json()["errors"], response.json()
     assert TrainingJob.objects.count() == before
+
+
+@contextmanager
+def broker_refusing():
+    """This process's Celery sends go to a loopback port that refuses connections (bound, never
+    listening: the kernel answers a connect with a reset), as a broker that is down does. The
+    worker's own broker is untouched: it is up, as a worker's is once the broker is back."""
+    from console.celery import app
+
+    def fresh_producers() -> None:  # what Celery does after a fork: the next send connects anew
+        app._pool = None
+        app.amqp._producer_pool = None
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        saved = app.conf.broker_write_url
+        app.conf.broker_write_url = f"redis://127.0.0.1:{closed.getsockname()[1]}/0"
+        fresh_producers()
+        try:
+            yield
+        finally:
+            app.conf.broker_write_url = saved
+            fresh_producers()
+
+
+@runs_jobs
+def test_a_job_created_while_the_broker_refuses_is_recorded_and_runs_once_it_is_back(demo, api, caplog):
+    """The schedule message is sent after the job's commit. A broker that refused it made the
+    request answer 500 for a job it had recorded: a user submits again, and has two. Now the
+    refusal is logged, the answer is 201 with the job Pending, and reconcile (its own broker up)
+    schedules pending jobs from the database: the job runs."""
+    with broker_refusing(), caplog.at_level(logging.ERROR):
+        response = api.post(jobs_url(demo), body(name="while-down"), format="json")
+    assert response.status_code == 201, response.content
+    assert response.json()["status"]["phase"] == "Pending"
+    assert any("on_commit" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+    job_id = response.json()["metadata"]["id"]
+    wait_phase(api, demo, job_id, "Completed", timeout=60)
+    assert TrainingJob.objects.filter(workspace=demo.workspace, name="while-down").count() == 1

@@ -5,6 +5,15 @@ so a misspelt task or a wrong argument is an error where it is written (and in t
 a name looked up after commit. Outside a transaction (reconcile's steps) the task is queued at
 once: that is what Django's `on_commit` does there. Rolled back, nothing is queued: the task
 would act on state that never existed.
+
+Every send is robust (`on_commit(..., robust=True)`): a broker that refuses the message (down,
+unreachable) has it logged, not raised after the commit. What was committed stands and the
+callbacks after it (the pages' announcements) still run; a request whose change was recorded
+does not answer 500, which a user would take for "not created" and submit again. Each message
+is one that reconcile sends again from the database (reconcile.py: pending jobs, stuck starts,
+followers that stopped beating, attempts left undecided, jobs left Terminating, instances that
+outlived their attempt, outputs, expired logs; cleanup.py: resources and orphaned containers,
+standbys included). A standby not prepared is a restart that creates its container.
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ from jobs import tasks
 
 
 def _after_commit(task, *args, **kwargs) -> None:
-    transaction.on_commit(lambda: task.delay(*args, **kwargs))
+    transaction.on_commit(lambda: task.delay(*args, **kwargs), robust=True)
 
 
 def schedule_job(job_id: UUID | str) -> None:
@@ -42,16 +51,15 @@ def end_attempt(attempt_id: int) -> None:
 
 
 def stop_job(job_id: UUID | str) -> None:
-    """Stop a job whose termination was requested, or release a retained one (stop.stop_job).
-    Robust: a broker that refuses the message does not keep the callbacks after it (the pages'
-    announcements) from running; reconcile sends the stop of a job left Terminating again."""
-    transaction.on_commit(lambda: tasks.stop_job.delay(str(job_id)), robust=True)
+    """Stop a job whose termination was requested, or release a retained one (stop.stop_job);
+    reconcile sends the stop of a job left Terminating again."""
+    _after_commit(tasks.stop_job, str(job_id))
 
 
 def stop_instance(task_run_id: int, expires_s: float) -> None:
     """Stop an instance that outlived its ended attempt (stop.stop_outliving_instance); a message
     not taken within expires_s is dropped (reconcile asks again by then)."""
-    transaction.on_commit(lambda: tasks.stop_instance.apply_async((task_run_id,), expires=expires_s))
+    transaction.on_commit(lambda: tasks.stop_instance.apply_async((task_run_id,), expires=expires_s), robust=True)
 
 
 def job_outputs(job_id: UUID | str) -> None:
@@ -73,7 +81,7 @@ def prepare_standby(attempt_id: int) -> None:
     """Create the next attempt's container while this one runs (standby.py), once it has run
     STANDBY_AFTER_S."""
     countdown = settings.STANDBY_AFTER_S
-    transaction.on_commit(lambda: tasks.prepare_standby.apply_async((attempt_id,), countdown=countdown))
+    transaction.on_commit(lambda: tasks.prepare_standby.apply_async((attempt_id,), countdown=countdown), robust=True)
 
 
 def remove_standbys(job_id: UUID | str) -> None:
