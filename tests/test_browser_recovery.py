@@ -104,6 +104,23 @@ def table_fits(page: Page, table_id: str) -> bool:
     )
 
 
+def readable_at_narrow(page: Page, table_id: str) -> list[str]:
+    """What is wrong with the recovery table at this width: its evidence column narrower than
+    200 px (a matched line then wraps a word a line), or a cell whose content runs out of it."""
+    return page.evaluate(
+        """id => {
+            const table = document.getElementById(id), wrong = [];
+            const evidence = table.querySelector("thead th:nth-child(3)").getBoundingClientRect().width;
+            if (evidence < 200) wrong.push(`evidence column ${Math.round(evidence)} px`);
+            for (const cell of table.querySelectorAll("tbody td"))
+                if (cell.scrollWidth > cell.clientWidth + 1)
+                    wrong.push(`${cell.className} ${cell.scrollWidth} > ${cell.clientWidth} px: ${cell.innerText}`);
+            return wrong;
+        }""",
+        table_id,
+    )
+
+
 def test_recoveries_timeline_and_events_arrive_live(demo, new_page, docker_client):
     page = new_page()
     log_in(page, "owner", "owner-password")
@@ -200,6 +217,8 @@ def test_recoveries_timeline_and_events_arrive_live(demo, new_page, docker_clien
     page.set_viewport_size(NARROW)
     expect(lanes).to_have_count(3)
     assert no_horizontal_overflow(page)
+    assert table_fits(page, "recovery-table")
+    assert not (wrong := readable_at_narrow(page, "recovery-table")), "\n".join(wrong)
     shot(page, "24-recovery-narrow")
 
     page.set_viewport_size(WIDE)
@@ -378,6 +397,9 @@ def test_thirty_attempts_stay_readable(demo, new_page):
     expect(lanes).to_have_count(30)
     assert no_horizontal_overflow(page)
     assert table_fits(page, "recovery-table")
+    assert not (wrong := readable_at_narrow(page, "recovery-table")), "\n".join(wrong)
+    # A class wraps after its underscore in the narrow column (user_ / error), not inside a word.
+    assert page.locator(".recovery-row[data-class='user_error'] .tag").first.inner_html() == "user_<wbr>error"
     shot(page, "27-recovery-thirty-attempts-narrow")
 
     page.set_viewport_size(WIDE)

@@ -225,3 +225,14 @@ def test_an_email_in_the_language_its_job_creator_chose(demo):
     assert english.body == f"The job completed.\n\nJob zh-mail ({job.id}) is Completed."
     assert chinese.subject == "[训练控制台] zh-mail：作业完成"
     assert chinese.body == f"作业已完成。\n\n训练作业 zh-mail（{job.id}）当前状态：已完成。"
+
+
+def test_a_code_wraps_after_its_underscores_and_stays_escaped():
+    """The recovery table's class tag in a narrow column: `resource_` / `error`, not `resource_e` /
+    `rror` (test_browser_recovery looks at it at 900 px)."""
+    from jobs.templatetags.console_i18n import breakable
+
+    assert breakable("resource_error") == "resource_<wbr>error"
+    assert breakable("env_check_failed") == "env_<wbr>check_<wbr>failed"
+    assert breakable("a_<b>") == "a_<wbr>&lt;b&gt;"
+    assert breakable("瞬时故障") == "瞬时故障"
