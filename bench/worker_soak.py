@@ -83,6 +83,11 @@ def main() -> int:
     parser.add_argument(
         "--trace-python", action="store_true", help="print the worker's code lines whose allocations grew (slower)"
     )
+    parser.add_argument(
+        "--native",
+        metavar="FILE",
+        help="record the worker's allocations (C libraries' too, with memray) from the second look to the fourth",
+    )
     parser.add_argument("--database", default=f"console_bench_soak_{os.getpid()}")
     args = parser.parse_args()
 
@@ -92,6 +97,8 @@ def main() -> int:
     # The worker's only: the hook answers in a process whose program is celery.
     os.environ["BENCH_HEAP_DIR"] = str(asks)
     os.environ["BENCH_HEAP_TRACE"] = "1" if args.trace_python else "0"
+    if args.native:
+        os.environ["BENCH_HEAP_NATIVE"] = str(Path(args.native).resolve())
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HEAP_HOOK), os.environ.get("PYTHONPATH")]))
     samples: list[dict] = []
     with stack:

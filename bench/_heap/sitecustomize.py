@@ -8,7 +8,10 @@ and, from glibc (mallinfo2, every arena), the bytes malloc has handed out and no
 ("malloc_in_use") and those it holds free ("malloc_free"): RSS that grows while the first stays
 is memory the allocator keeps, not memory the process holds. With BENCH_HEAP_TRACE=1 it also
 traces Python's allocations from the first look on and adds, to each later answer, the 15 lines
-of code whose memory grew most since (lines starting "# ").
+of code whose memory grew most since (lines starting "# "). With BENCH_HEAP_NATIVE=<file> (and
+memray installed) it records every allocation, C libraries' included, with its native stack,
+from the second look to the fourth: `memray transform csv --leaks <file>` then lists what was
+allocated between those looks and is still held at the fourth, what a leak per run would be.
 """
 
 import os
@@ -55,6 +58,8 @@ def _answer_forever(folder: str) -> None:
     import tracemalloc
 
     trace = os.environ.get("BENCH_HEAP_TRACE") == "1"
+    native = os.environ.get("BENCH_HEAP_NATIVE")
+    tracker = None
     first = None
     answered = set()
     while True:
@@ -76,6 +81,14 @@ def _answer_forever(folder: str) -> None:
             elif trace:
                 grown = tracemalloc.take_snapshot().compare_to(first, "lineno")[:15]
                 lines += [f"# {stat}" for stat in grown]
+            if native and len(answered) == 2:
+                import memray
+
+                tracker = memray.Tracker(native, native_traces=True)
+                tracker.__enter__()
+            elif tracker is not None and len(answered) == 4:
+                tracker.__exit__(None, None, None)
+                tracker = None
             answer = os.path.join(folder, "heap-" + name[len("ask-") :])
             with open(answer + ".tmp", "w") as f:
                 f.write("\n".join(lines) + "\n")
