@@ -268,7 +268,9 @@ def make_history(demo, attempts: int) -> TrainingJob:
         ("hang", "process", None, False, []),
         ("resource_error", "container", 137, True, []),
         ("node_failure", "reschedule", None, False, []),
-        ("transient", "job", 137, False, []),
+        # What the job printed, as matched: one unbroken token of 600 characters (a base64 blob, a
+        # path) must wrap inside the evidence column, not widen the table at 900 px.
+        ("transient", "job", 137, False, ["NCCL error: unhandled system error " + "QUJD" * 150]),
     ]
     made = []
     level = "initial"
