@@ -30,7 +30,7 @@ from console import realtime
 from console.language import language_of_scope
 
 from . import logstream
-from .access import visible_jobs, workspaces_of
+from .access import may_see_job, visible_job, workspaces_of
 from .models import TaskRun, TrainingJob
 from .views.detail import job_live_fragments
 from .views.list import list_rows
@@ -115,11 +115,11 @@ class _JobSocket(_Rechecked):
 
     def _job(self) -> TrainingJob | None:
         job_id = self.scope["url_route"]["kwargs"]["job_id"]
-        return visible_jobs(self.scope["user"]).filter(id=job_id).first()
+        return visible_job(self.scope["user"], id=job_id)
 
     def allowed(self) -> bool:
         user = self.current_user()
-        return user is not None and visible_jobs(user).filter(id=self.job_id).exists()
+        return user is not None and may_see_job(user, self.job_id)
 
     def _refuse(self) -> None:
         # Accept first: a close before accept is a failed handshake (1006 in the
@@ -331,7 +331,7 @@ class JobListConsumer(_Rechecked):
             self.close(code=CLOSE_FORBIDDEN)
             return
         job_id = str(event.get("job_id"))
-        if job_id in self.shown or visible_jobs(user).filter(id=job_id).exists():
+        if job_id in self.shown or may_see_job(user, job_id):
             self.send_rows(user)
 
     def send_rows(self, user) -> None:

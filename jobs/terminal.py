@@ -33,7 +33,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib.auth import get_user_model
 
 from . import events, session_limits
-from .access import visible_job, visible_jobs
+from .access import may_see_job, visible_job
 from .models import EventKind, TaskRun
 from .runtime import engine, engine_exec
 
@@ -69,7 +69,7 @@ def _connect_check(user, job_id, index: int) -> tuple[TaskRun | None, str]:
     """The running run, or None and what the user may be told: that the instance does not run
     when they may see the job, nothing when they may not (no hint that the job exists)."""
     run = running_task_run(user, job_id, index)
-    if run is None and visible_jobs(user).filter(id=job_id).exists():
+    if run is None and may_see_job(user, job_id):
         return None, "the instance is not running"
     return run, ""
 
@@ -77,7 +77,7 @@ def _connect_check(user, job_id, index: int) -> tuple[TaskRun | None, str]:
 def _still_open(user_id, job_id, run_id) -> int | None:
     """None while the terminal may stay open; else the close code."""
     user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
-    if user is None or not visible_jobs(user).filter(id=job_id).exists():
+    if user is None or not may_see_job(user, job_id):
         return CLOSE_FORBIDDEN
     if not TaskRun.objects.filter(id=run_id, state=TaskRun.State.RUNNING).exists():
         return CLOSE_ENDED

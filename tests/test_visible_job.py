@@ -62,8 +62,26 @@ def test_visible_job_is_the_rule_of_visible_jobs_for_every_caller_and_job(cast):
             found = access.visible_job(user, id=job.id)
             assert (found is not None) == (job.id in visible), (role, name)
             assert found is None or found.id == job.id
+            assert access.may_see_job(user, job.id) == (job.id in visible), (role, name)
     for nobody in (None, AnonymousUser()):
         assert all(access.visible_job(nobody, id=job.id) is None for job in jobs.values())
+        assert not any(access.may_see_job(nobody, job.id) for job in jobs.values())
+
+
+def test_a_sockets_recheck_asks_once_for_a_job_it_may_see(cast, django_assert_num_queries):
+    """A socket rechecks with its user read afresh: `visible_jobs(user).filter(...).exists()`
+    asked for the account's permissions first (three queries); `may_see_job` asks once, and
+    for the permissions only when the job is someone else's and creator-only."""
+    _demo, _team, _elsewhere, jobs, users = cast
+    member = get_user_model().objects.get(pk=users["member"].pk)
+    with django_assert_num_queries(1):
+        assert access.may_see_job(member, jobs["shared"].id)
+    member = get_user_model().objects.get(pk=users["member"].pk)
+    with django_assert_num_queries(3):  # what the sockets asked before
+        assert access.visible_jobs(member).filter(id=jobs["shared"].id).exists()
+    auditor = get_user_model().objects.get(pk=users["auditor"].pk)
+    with django_assert_num_queries(3):  # the job, then the account's two permission look-ups
+        assert access.may_see_job(auditor, jobs["owner-private"].id)
 
 
 def test_a_job_is_found_through_its_own_project_only(cast):
