@@ -6,14 +6,16 @@ a name looked up after commit. Outside a transaction (reconcile's steps) the tas
 once: that is what Django's `on_commit` does there. Rolled back, nothing is queued: the task
 would act on state that never existed.
 
-Every send is robust (`on_commit(..., robust=True)`): a broker that refuses the message (down,
-unreachable) has it logged, not raised after the commit. What was committed stands and the
-callbacks after it (the pages' announcements) still run; a request whose change was recorded
-does not answer 500, which a user would take for "not created" and submit again. Each message
-is one that reconcile sends again from the database (reconcile.py: pending jobs, stuck starts,
-followers that stopped beating, attempts left undecided, jobs left Terminating, instances that
-outlived their attempt, outputs, expired logs; cleanup.py: resources and orphaned containers,
+A send after a commit is robust (`on_commit(..., robust=True)`): a broker that refuses the
+message (down, unreachable) has it logged, not raised after the commit. What was committed stands
+and the callbacks after it (the pages' announcements) still run; a request whose change was
+recorded does not answer 500, which a user would take for "not created" and submit again. Each
+message is one that reconcile sends again from the database (reconcile.py: pending jobs, stuck
+starts, followers that stopped beating, attempts left undecided, jobs left Terminating, instances
+that outlived their attempt, outputs, expired logs; cleanup.py: resources and orphaned containers,
 standbys included). A standby not prepared is a restart that creates its container.
+Outside a transaction (reconcile's steps) a refusal is raised as before: the step stops at the
+first one rather than wait out the publish retries for every id, and runs again next round.
 """
 
 from __future__ import annotations
@@ -26,8 +28,13 @@ from django.db import transaction
 from jobs import tasks
 
 
+def _on_commit(send) -> None:
+    """`send` once the current transaction commits, robust there; at once and raising outside one."""
+    transaction.on_commit(send, robust=transaction.get_connection().in_atomic_block)
+
+
 def _after_commit(task, *args, **kwargs) -> None:
-    transaction.on_commit(lambda: task.delay(*args, **kwargs), robust=True)
+    _on_commit(lambda: task.delay(*args, **kwargs))
 
 
 def schedule_job(job_id: UUID | str) -> None:
@@ -59,7 +66,7 @@ def stop_job(job_id: UUID | str) -> None:
 def stop_instance(task_run_id: int, expires_s: float) -> None:
     """Stop an instance that outlived its ended attempt (stop.stop_outliving_instance); a message
     not taken within expires_s is dropped (reconcile asks again by then)."""
-    transaction.on_commit(lambda: tasks.stop_instance.apply_async((task_run_id,), expires=expires_s), robust=True)
+    _on_commit(lambda: tasks.stop_instance.apply_async((task_run_id,), expires=expires_s))
 
 
 def job_outputs(job_id: UUID | str) -> None:
@@ -81,7 +88,7 @@ def prepare_standby(attempt_id: int) -> None:
     """Create the next attempt's container while this one runs (standby.py), once it has run
     STANDBY_AFTER_S."""
     countdown = settings.STANDBY_AFTER_S
-    transaction.on_commit(lambda: tasks.prepare_standby.apply_async((attempt_id,), countdown=countdown), robust=True)
+    _on_commit(lambda: tasks.prepare_standby.apply_async((attempt_id,), countdown=countdown))
 
 
 def remove_standbys(job_id: UUID | str) -> None:
