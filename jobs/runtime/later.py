@@ -6,8 +6,8 @@ a name looked up after commit. Outside a transaction (reconcile's steps) the tas
 once: that is what Django's `on_commit` does there. Rolled back, nothing is queued: the task
 would act on state that never existed.
 
-A send after a commit is robust (`on_commit(..., robust=True)`): a broker that refuses the
-message (down, unreachable) has it logged, not raised after the commit. What was committed stands
+A send after a commit is robust: a broker that refuses the message (down, unreachable) has it
+logged (the task and its arguments), not raised after the commit. What was committed stands
 and the callbacks after it (the pages' announcements) still run; a request whose change was
 recorded does not answer 500, which a user would take for "not created" and submit again. Each
 message is one that reconcile sends again from the database (reconcile.py: pending jobs, stuck
@@ -20,6 +20,7 @@ first one rather than wait out the publish retries for every id, and runs again 
 
 from __future__ import annotations
 
+import logging
 from uuid import UUID
 
 from django.conf import settings
@@ -27,14 +28,32 @@ from django.db import transaction
 
 from jobs import tasks
 
+log = logging.getLogger(__name__)
 
-def _on_commit(send) -> None:
-    """`send` once the current transaction commits, robust there; at once and raising outside one."""
-    transaction.on_commit(send, robust=transaction.get_connection().in_atomic_block)
+
+def _on_commit(task, args: tuple, kwargs: dict | None = None, **options) -> None:
+    """The task sent once the current transaction commits, a refusal logged there (naming the
+    task and its arguments, for the operator); sent at once, raising, outside a transaction."""
+
+    def send() -> None:
+        task.apply_async(args, kwargs, **options)
+
+    if not transaction.get_connection().in_atomic_block:
+        send()
+        return
+
+    def send_or_log() -> None:
+        try:
+            send()
+        except Exception:
+            call = f"{task.name}({', '.join(map(repr, args))})"
+            log.warning("could not queue %s; reconcile sends it again", call, exc_info=True)
+
+    transaction.on_commit(send_or_log)
 
 
 def _after_commit(task, *args, **kwargs) -> None:
-    _on_commit(lambda: task.delay(*args, **kwargs))
+    _on_commit(task, args, kwargs)
 
 
 def schedule_job(job_id: UUID | str) -> None:
@@ -66,7 +85,7 @@ def stop_job(job_id: UUID | str) -> None:
 def stop_instance(task_run_id: int, expires_s: float) -> None:
     """Stop an instance that outlived its ended attempt (stop.stop_outliving_instance); a message
     not taken within expires_s is dropped (reconcile asks again by then)."""
-    _on_commit(lambda: tasks.stop_instance.apply_async((task_run_id,), expires=expires_s))
+    _on_commit(tasks.stop_instance, (task_run_id,), expires=expires_s)
 
 
 def job_outputs(job_id: UUID | str) -> None:
@@ -88,7 +107,7 @@ def prepare_standby(attempt_id: int) -> None:
     """Create the next attempt's container while this one runs (standby.py), once it has run
     STANDBY_AFTER_S."""
     countdown = settings.STANDBY_AFTER_S
-    _on_commit(lambda: tasks.prepare_standby.apply_async((attempt_id,), countdown=countdown))
+    _on_commit(tasks.prepare_standby, (attempt_id,), countdown=countdown)
 
 
 def remove_standbys(job_id: UUID | str) -> None:
