@@ -2,9 +2,8 @@
 
 One typed function per Celery task of jobs/tasks.py: a caller writes `later.stop_job(job.id)`,
 so a misspelt task or a wrong argument is an error where it is written (and in the linter), not
-a name looked up after commit. Outside a transaction (reconcile's steps) the task is queued at
-once: that is what Django's `on_commit` does there. Rolled back, nothing is queued: the task
-would act on state that never existed.
+a name looked up after commit. Rolled back, nothing is queued: the task would act on state
+that never existed.
 
 A send after a commit is robust: a broker that refuses the message (down, unreachable) has it
 logged (the task and its arguments), not raised after the commit. What was committed stands
@@ -14,8 +13,9 @@ message is one that reconcile sends again from the database (reconcile.py: pendi
 starts, followers that stopped beating, attempts left undecided, jobs left Terminating, instances
 that outlived their attempt, outputs, expired logs; cleanup.py: resources and orphaned containers,
 standbys included). A standby not prepared is a restart that creates its container.
-Outside a transaction (reconcile's steps) a refusal is raised as before: the step stops at the
-first one rather than wait out the publish retries for every id, and runs again next round.
+Outside a transaction (reconcile's steps) the task is sent at once and a refusal is raised: the
+step stops at the first one rather than wait out the publish retries for every id, and runs
+again next round.
 """
 
 from __future__ import annotations

@@ -234,7 +234,7 @@ def start_attempt(attempt_id: int) -> bool:
         later.stop_job(attempt.job_id)
     elif failed:
         later.end_attempt(attempt.id)
-    elif job is not None and standby.wanted(job):
+    elif standby.wanted(job):  # moved (not moved returned above): the row read under the lock
         later.prepare_standby(attempt.id)
     return True
 
