@@ -263,6 +263,10 @@ def main() -> int:
     parser.add_argument("--trace-copy", help="copy the worker's traced Docker calls here before the stack goes")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.probes > min(sizes):
+        # A round kills `probes` jobs of the `size` running ones that were never killed: with more
+        # probes than that, the search for targets (below) would turn forever.
+        parser.error(f"--probes {args.probes} is more than the smallest size {min(sizes)}: more rounds instead")
 
     import docker
 
