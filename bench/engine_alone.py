@@ -31,36 +31,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._stack import BUSYBOX, percentile  # noqa: E402
-from bench.supervisor_scale import BARE_TICKER  # noqa: E402
+from bench.supervisor_scale import BARE_TICKER, bare_stop_latency, run_bare  # noqa: E402
 
-LABELS = {"console.bench": "1", "console.bench.run": "engine-alone"}
+RUN_TAG = "engine-alone"  # the label console.bench.run of its containers
 # What an armed standby's launcher does until its go (faulttolerance/launcher.sh step 1): a read on
 # its wake FIFO with a 5 s timeout, again and again. Here a read on a FIFO nobody writes.
 STANDBY_WAIT = "trap 'exit 0' TERM; mkfifo /tmp/wake; exec 3<>/tmp/wake; while :; do read -t 5 -u 3 x; done"
-
-
-def run(client, command: str):
-    return client.containers.run(
-        BUSYBOX,
-        ["sh", "-c", command],
-        detach=True,
-        network_mode="none",
-        network_disabled=True,
-        log_config={"type": "local"},
-        labels=LABELS,
-    )
-
-
-def bare_stop_latency(client) -> float:
-    """supervisor_scale.bare_stop_latency without its stack: a ticker that has ticked, stopped."""
-    container = run(client, BARE_TICKER)
-    try:
-        time.sleep(1.5)
-        t0 = time.monotonic()
-        container.stop(timeout=10)
-        return time.monotonic() - t0
-    finally:
-        container.remove(force=True)
 
 
 def follow(api, container_id: str) -> None:
@@ -108,14 +84,14 @@ def main() -> int:
     try:
         for size in [int(s) for s in args.sizes.split(",")]:
             while len(tickers) < size:
-                tickers.append(run(client, BARE_TICKER))
+                tickers.append(run_bare(client, BARE_TICKER, RUN_TAG))
                 if args.standbys:
-                    run(client, STANDBY_WAIT)
+                    run_bare(client, STANDBY_WAIT, RUN_TAG)
                 if args.follow:
                     threading.Thread(target=follow, args=(client.api, tickers[-1].id), daemon=True).start()
             time.sleep(5)  # the last ones started and ticking
-            stops = sorted(bare_stop_latency(client) for _ in range(args.probes))
-            running = len(client.containers.list(sparse=True, filters={"label": "console.bench.run=engine-alone"}))
+            stops = sorted(bare_stop_latency(client, RUN_TAG) for _ in range(args.probes))
+            running = len(client.containers.list(sparse=True, filters={"label": f"console.bench.run={RUN_TAG}"}))
             rows.append((size, running, percentile(stops, 50), percentile(stops, 95)))
             print(
                 f"{size} tickers ({running} containers running): bare stop p50 {rows[-1][2] * 1000:.0f} ms, "
@@ -124,7 +100,7 @@ def main() -> int:
             )
     finally:
         done.set()
-        for container in client.containers.list(all=True, filters={"label": "console.bench.run=engine-alone"}):
+        for container in client.containers.list(all=True, filters={"label": f"console.bench.run={RUN_TAG}"}):
             container.remove(force=True)
     added = ", ".join(name for name in ("standbys", "follow", "stats") if getattr(args, name)) or "nothing"
     first, last = rows[0], rows[-1]

@@ -192,19 +192,25 @@ def restart_latency(client, job_id: str) -> float:
 BARE_TICKER = "trap 'exit 0' TERM; " + TICKER.replace("sleep 1", "sleep 1 & wait $!")
 
 
-def bare_stop_latency(client, stack: Stack) -> float:
-    """The baseline, on the same engine under the same load: `docker stop` of a bare container
-    running the same ticker (no console: the engine's own share of a stop at this size). It exits
-    on SIGTERM as a job's launcher does; one instance's spec, networking disabled."""
-    container = client.containers.run(
+def run_bare(client, command: str, run_tag: str):
+    """A bare container running `command` as one instance's spec runs (busybox, networking
+    disabled, the local log driver), labelled as this benchmark run's."""
+    return client.containers.run(
         BUSYBOX,
-        ["sh", "-c", BARE_TICKER],
+        ["sh", "-c", command],
         detach=True,
         network_mode="none",
         network_disabled=True,
         log_config={"type": "local"},
-        labels={"console.bench": "1", "console.bench.run": stack.tag},
+        labels={"console.bench": "1", "console.bench.run": run_tag},
     )
+
+
+def bare_stop_latency(client, run_tag: str) -> float:
+    """The baseline, on the same engine under the same load: `docker stop` of a bare container
+    running the same ticker (no console: the engine's own share of a stop at this size). It exits
+    on SIGTERM as a job's launcher does."""
+    container = run_bare(client, BARE_TICKER, run_tag)
     try:
         time.sleep(1.5)  # a few ticks: it runs as the jobs' containers do
         t0 = time.monotonic()
@@ -329,7 +335,7 @@ def main() -> int:
                 stops += [settled_stop(stack, client, job_id) for job_id in running[-args.probes :]]
                 stop_window.append((started, time.time()))
                 stopped += running[-args.probes :]
-                bare += [bare_stop_latency(client, stack) for _ in range(args.probes)]
+                bare += [bare_stop_latency(client, stack.tag) for _ in range(args.probes)]
                 del running[-args.probes :]
             bare.sort()
             parts = stop_breakdown(trace_path, stopped, task_trace)
