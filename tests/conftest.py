@@ -5,7 +5,10 @@ session carry the label console.test=<session> and are removed by label.
 The fixtures and the suite's hooks only; what tests import lives in modules of its own (a
 conftest is not imported as a module): tests/helpers.py (submit, wait, settle), tests/demo.py
 (the demo's rows), tests/processes.py (processes the tests start and kill), and
-tests/second_engine.py (a second Docker engine)."""
+tests/second_engine.py (a second Docker engine), tests/browser_page.py (what drives a page in
+Chromium), tests/wsclient.py (websockets), tests/folders.py (the folders a job mounts),
+tests/bounded_calls.py (engines that stop answering) and tests/permission_cast.py (callers and
+their rights)."""
 
 from __future__ import annotations
 
@@ -19,8 +22,10 @@ from pathlib import Path
 import docker
 import pytest
 from django.conf import settings
+from playwright.sync_api import sync_playwright
 
 from console.worker_argv import worker_argv
+from tests.browser_page import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, page_maker
 from tests.demo import make_demo
 from tests.helpers import BUSYBOX, remove_test_containers, settle_jobs
 from tests.processes import ManagedProcess, answers, free_port
@@ -224,6 +229,25 @@ def daphne_server(django_db_setup):
 def live_url(daphne_server, worker) -> str:
     daphne_server.ensure_running()
     return daphne_server.url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Chromium, once for each test module that drives pages (a launch is ~1 s of CPU)."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"Chromium is not installed at {CHROMIUM}")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def new_page(browser, live_url):
+    """Pages in fresh browser contexts (one user each); closed after the test."""
+    with page_maker(browser, live_url) as make:
+        yield make
 
 
 @pytest.fixture

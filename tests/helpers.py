@@ -185,3 +185,88 @@ def submit_job(demo, **fields):
     job.save()
     schedule.submit(job)
     return job
+
+
+# -- a job's state and rows ----------------------------------------------------------------------
+def phase(job) -> str:
+    """The job's phase as the database has it now."""
+    job.refresh_from_db()
+    return job.phase
+
+
+def ended(job) -> bool:
+    """The job, read again, is Completed, Failed or Terminated."""
+    job.refresh_from_db()
+    return job.is_final
+
+
+def unsaved(demo, **fields):
+    """A job of the demo workspace that is never saved: what the layout, the mounts and a
+    container's settings are computed from before a job exists."""
+    from jobs.models import TrainingJob
+
+    return TrainingJob(
+        **(dict(workspace=demo.workspace, created_by=demo.owner, image=BUSYBOX, command="true") | fields)
+    )
+
+
+def instance_of(job, demo) -> tuple:
+    """An unsaved first attempt of the job and its instance 0 on the demo host."""
+    from jobs.models import Attempt, TaskRun
+
+    attempt = Attempt(job=job, number=1)
+    return attempt, TaskRun(attempt=attempt, index=0, host=demo.host, container_name="unused")
+
+
+def dedicated_pool(demo):
+    """A dedicated pool holding the test host (file system and object storage mounts are dedicated-only)."""
+    from jobs.models import ResourcePool
+
+    pool = ResourcePool.objects.create(name="dedicated", kind="dedicated", check_root_gb=0.5, check_cache_gb=0.5)
+    demo.host.pool = pool
+    demo.host.save(update_fields=["pool"])
+    return pool
+
+
+def run_of(job, attempt: int = 1):
+    """The attempt's first instance once its container ran: running, or already ended (a short
+    command can end between two looks on a busy machine, and then it was never seen running)."""
+    from jobs.models import TaskRun
+
+    return wait_for(
+        lambda: (
+            TaskRun.objects.filter(
+                attempt__job=job,
+                attempt__number=attempt,
+                state__in=[TaskRun.State.RUNNING, TaskRun.State.EXITED, TaskRun.State.LOST],
+            )
+            .exclude(container_id="")
+            .first()
+        ),
+        message=f"attempt {attempt}'s container to run",
+    )
+
+
+def log_texts(task_run) -> list[str]:
+    """The persisted log of an instance, a text per line."""
+    from jobs.runtime.logs import read_lines
+
+    task_run.refresh_from_db()
+    return [line.text for line in read_lines(task_run)]
+
+
+# -- the API ---------------------------------------------------------------------------------------
+def api_client(token: str):
+    """DRF's test client sending this API token."""
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return client
+
+
+def api_log(demo, job, task: str = "worker-0", **params):
+    """An instance's log through the API, read with the demo owner's token."""
+    return api_client(demo.token).get(
+        f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}/tasks/{task}/logs", params
+    )

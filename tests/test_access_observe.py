@@ -13,25 +13,16 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from jobs import validators as v
-from jobs.models import FileSystem, KeyPair, Phase, TaskRun, TrainingJob, Workspace
+from jobs.models import FileSystem, KeyPair, Phase, TaskRun, TrainingJob
 from jobs.runtime import cleanup, docker_hosts, engine, schedule, ssh
 from jobs.runtime.layout import layout_environment, runtime_layout
 from jobs.runtime.staging import job_data_dir, mounts_for, prepare_sources
-from tests.helpers import BUSYBOX, submit_job, wait_for
-from tests.pytest_env import TMP
-from tests.test_runtime_fields import dedicated_pool, ended, instance_of, log_texts, unsaved
+from tests.folders import host_dir
+from tests.helpers import BUSYBOX, dedicated_pool, ended, instance_of, log_texts, submit_job, unsaved, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SSH_DIR = v.DEFAULT_MUTUAL_TRUST_DIR  # /home/ma-user/.ssh, also where SSH remote development puts its key
-
-
-def host_dir_file_system(name: str = "summaries-fs") -> tuple[FileSystem, Path]:
-    root = Path(TMP) / name
-    root.mkdir(parents=True, exist_ok=True)
-    fs = FileSystem.objects.create(name=name, kind=FileSystem.Kind.HOST_DIR, source=str(root))
-    fs.workspaces.add(*Workspace.objects.all())  # the test's workspaces may mount it
-    return fs, root
 
 
 def running_runs(job: TrainingJob, count: int) -> list[TaskRun]:
@@ -52,7 +43,7 @@ def user_key() -> str:
 
 # -- the preview and the mounts (no container) -------------------------------------------------------------
 def test_the_preview_lists_the_ssh_and_summary_dirs(demo):
-    fs, _ = host_dir_file_system()
+    fs, _ = host_dir("summaries-fs")
     pool = dedicated_pool(demo)
     job = unsaved(
         demo,
@@ -184,7 +175,7 @@ def sha256(path: Path) -> str:
 
 def test_every_instance_gets_the_same_trust_files_and_the_summary_dir(demo, worker, docker_client):
     pool = dedicated_pool(demo)
-    fs, root = host_dir_file_system()
+    fs, root = host_dir("summaries-fs")
     job = unsaved(
         demo,
         name="trust",

@@ -107,9 +107,20 @@ def test_no_test_or_benchmark_module_is_over_500_lines():
 
 def test_tests_import_helpers_from_modules_not_from_conftest():
     """conftest.py is pytest's (hooks and fixtures); what a test calls lives in a module of its own
-    (tests/helpers.py, demo.py, processes.py, second_engine.py)."""
+    (tests/helpers.py, demo.py, processes.py, second_engine.py, browser_page.py, ...)."""
     for path in sorted((ROOT / "tests").glob("*.py")):
         assert "tests.conftest" not in imported_modules(path), f"{path.relative_to(ROOT)} imports tests.conftest"
+
+
+def test_no_test_module_imports_another():
+    """A test module holds tests; what several use is a fixture (conftest.py) or a helper in a
+    module of its own (browser_page.py, wsclient.py, folders.py, bounded_calls.py, ...). Importing
+    a test module runs its module-level settings in the importer and made copies of a fixture per
+    importing module; helpers kept there were copied rather than found (five `ended`, two
+    `dedicated_pool`)."""
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        tests_imported = sorted(m for m in imported_modules(path) if m.startswith("tests.test_"))
+        assert not tests_imported, f"{path.relative_to(ROOT)} imports {tests_imported}"
 
 
 # What bench/ may import from tests/: modules that change nothing when imported (tests/shared.py).

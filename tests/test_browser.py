@@ -1,96 +1,26 @@
 """The console as a user sees it: a real Chromium (Playwright) against the real
 daphne, Celery worker, PostgreSQL, Redis and Docker of the test harness.
 
-Screenshots of the key moments go to test-artifacts/ (gitignored).
+Screenshots of the key moments go to test-artifacts/ (gitignored). The fixtures `browser` and
+`new_page` are in tests/conftest.py, what drives a page in tests/browser_page.py.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from jobs.consumers import CLOSE_FORBIDDEN
 from jobs.models import Phase, TrainingJob
+from tests.browser_page import assert_not_reloaded, log_in, mark_document, shot
 from tests.helpers import BUSYBOX, job_container, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = "/usr/lib/chromium/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 SLOW_COUNTER = "i=0; while true; do i=$((i+1)); echo step $i; sleep 0.2; done"
 STEP_LINE = re.compile(r"^step (\d+)$")  # the job's own lines, not the platform's
-UI_TIMEOUT_MS = 30_000
-expect.set_options(timeout=UI_TIMEOUT_MS)  # a stop waits up to 5 s for SIGTERM, then SIGKILLs
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"Chromium is not installed at {CHROMIUM}")
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-@contextmanager
-def page_maker(browser, live_url: str, **options) -> Iterator[Callable[..., Page]]:
-    """make(**more): a page in a fresh browser context (one user each), with these context
-    options (a locale, a touch screen); every context is closed at the end."""
-    contexts = []
-
-    def make(**more) -> Page:
-        context = browser.new_context(base_url=live_url, viewport={"width": 1280, "height": 860}, **(options | more))
-        context.set_default_timeout(UI_TIMEOUT_MS)
-        contexts.append(context)
-        return context.new_page()
-
-    try:
-        yield make
-    finally:
-        for context in contexts:
-            context.close()
-
-
-@pytest.fixture
-def new_page(browser, live_url):
-    """Pages in fresh browser contexts (one user each); closed after the test."""
-    with page_maker(browser, live_url) as make:
-        yield make
-
-
-def shot(page: Page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-
-
-def press_and_hold(page: Page, locator) -> None:
-    """The pointer pressed on the middle of `locator` and held (page.mouse.up() releases it)."""
-    locator.scroll_into_view_if_needed()
-    box = locator.bounding_box()
-    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-    page.mouse.down()
-
-
-def log_in(page: Page, username: str, password: str) -> None:
-    page.goto("/accounts/login/")
-    page.get_by_label("User name").fill(username)
-    page.get_by_label("Password").fill(password)
-    page.get_by_role("button", name="Log in").click()
-    expect(page.get_by_role("heading", name="Training jobs")).to_be_visible()
 
 
 def open_create_form(page: Page) -> None:
@@ -104,15 +34,6 @@ def go_to_step(page: Page, title: str):
     section = page.locator("section.step:not([hidden])")
     expect(section.get_by_role("heading", level=2)).to_contain_text(title)
     return section
-
-
-def mark_document(page: Page) -> None:
-    """A marker that only survives while the page is never reloaded."""
-    page.evaluate("window.__notReloaded = true")
-
-
-def assert_not_reloaded(page: Page) -> None:
-    assert page.evaluate("window.__notReloaded === true"), "the page was reloaded"
 
 
 def step_numbers(page: Page) -> list[int]:

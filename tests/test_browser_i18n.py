@@ -11,15 +11,15 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from jobs.models import Phase, TrainingJob, UserPreference
+from tests.browser_page import ARTIFACTS, page_maker
 from tests.helpers import BUSYBOX, wait_for
-from tests.test_browser import ARTIFACTS, browser, page_maker  # noqa: F401
 from tests.wizard_page import htmx_idle, step
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def chinese_page(browser, live_url):  # noqa: F811
+def chinese_page(browser, live_url):
     """A page of a browser that asks for Chinese (Accept-Language: zh-CN), as a Chinese desktop does."""
     with page_maker(browser, live_url, locale="zh-CN") as make:
         yield make()
@@ -151,7 +151,7 @@ def test_walk_the_wizard_in_chinese_and_switch_languages(demo, chinese_page):
 
 
 @pytest.fixture
-def english_then_chinese(browser, live_url):  # noqa: F811
+def english_then_chinese(browser, live_url):
     with page_maker(browser, live_url) as make:
         yield lambda locale: make(locale=locale)
 

@@ -13,10 +13,9 @@ import pytest
 from playwright.sync_api import expect
 
 from jobs.models import FileSystem
-from tests.helpers import running_instance, submit_job
+from tests.browser_page import log_in, shot
+from tests.helpers import dedicated_pool, running_instance, submit_job
 from tests.pytest_env import TMP
-from tests.test_browser import browser, log_in, new_page, shot  # noqa: F401 - fixtures
-from tests.test_runtime_fields import dedicated_pool
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -64,7 +63,7 @@ def open_when_ready(page, url: str, ready_selector: str, timeout_s: float = 90) 
         time.sleep(1)
 
 
-def test_jupyterlab_and_tensorboard_open_through_the_console(demo, new_page, notebook_image):  # noqa: F811
+def test_jupyterlab_and_tensorboard_open_through_the_console(demo, new_page, notebook_image):
     pool = dedicated_pool(demo)
     root = Path(TMP) / "fs-summaries"
     root.mkdir(parents=True, exist_ok=True)

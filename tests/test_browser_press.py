@@ -11,8 +11,8 @@ from playwright.sync_api import Page, expect
 
 from console import realtime
 from jobs.models import Phase, TrainingJob
+from tests.browser_page import log_in, page_maker, press_and_hold
 from tests.helpers import BUSYBOX
-from tests.test_browser import browser, log_in, new_page, page_maker, press_and_hold  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -24,7 +24,7 @@ COUNT_MESSAGES = (
 )
 
 
-def an_ended_jobs_page(demo, new_page, name: str) -> tuple[TrainingJob, Page, int]:  # noqa: F811
+def an_ended_jobs_page(demo, new_page, name: str) -> tuple[TrainingJob, Page, int]:
     """The owner's page of a job that has ended (the worker leaves it alone: only the test changes
     it), once the socket's first message is drawn; and the count of messages arrived so far."""
     job = TrainingJob.objects.create(
@@ -44,7 +44,7 @@ def change_the_job_and_tell_its_pages(job: TrainingJob, reason: str) -> None:
     realtime.publish(realtime.job_group(job.id), {"type": "job.changed"})
 
 
-def test_a_press_on_the_job_header_lands_though_the_socket_redraws_the_header_meanwhile(demo, new_page, live_url):  # noqa: F811
+def test_a_press_on_the_job_header_lands_though_the_socket_redraws_the_header_meanwhile(demo, new_page, live_url):
     job, page, arrived = an_ended_jobs_page(demo, new_page, "pressed")
 
     press_and_hold(page, page.locator("#job-header").get_by_role("link", name="Copy"))
@@ -56,7 +56,7 @@ def test_a_press_on_the_job_header_lands_though_the_socket_redraws_the_header_me
     expect(page.locator(".notice")).to_contain_text("Copied from pressed.")
 
 
-def test_a_message_held_during_a_press_is_drawn_when_it_ends_and_later_ones_after_it(demo, new_page, live_url):  # noqa: F811
+def test_a_message_held_during_a_press_is_drawn_when_it_ends_and_later_ones_after_it(demo, new_page, live_url):
     job, page, arrived = an_ended_jobs_page(demo, new_page, "held")
 
     press_and_hold(page, page.locator("#job-header h1"))  # text, not a link: nothing to follow
@@ -76,7 +76,7 @@ def test_a_message_held_during_a_press_is_drawn_when_it_ends_and_later_ones_afte
 
 
 @pytest.fixture
-def touch_page(browser, live_url):  # noqa: F811
+def touch_page(browser, live_url):
     """Pages of a touch screen (a tap's click comes after its pointerup, not in its task)."""
     with page_maker(browser, live_url, has_touch=True) as make:
         yield make

@@ -21,8 +21,8 @@ from playwright.sync_api import Page, expect
 from faulttolerance.models import RecoveryRecord
 from jobs.models import Attempt, EventKind, JobEvent, Phase, TaskRun, TrainingJob
 from jobs.runtime import lifecycle
+from tests.browser_page import UI_TIMEOUT_MS, assert_not_reloaded, log_in, mark_document
 from tests.helpers import BUSYBOX, submit_job, wait_for
-from tests.test_browser import UI_TIMEOUT_MS, assert_not_reloaded, browser, log_in, mark_document  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -52,8 +52,9 @@ document.addEventListener("htmx:wsAfterMessage", () => { window.__socketMessages
 
 
 @pytest.fixture
-def new_page(browser, live_url):  # noqa: F811 (browser: the module-scoped Chromium of test_browser)
-    """A page in a fresh browser context at 1280x900; closed after the test."""
+def new_page(browser, live_url):
+    """A page in a fresh browser context at 1280x900 that counts the job socket's messages (this
+    module's own, in place of conftest's); closed after the test."""
     contexts = []
 
     def make() -> Page:

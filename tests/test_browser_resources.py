@@ -16,15 +16,8 @@ from jobs.models import Attempt, Phase, ResourceSeries, TaskRun, TrainingJob
 from jobs.runtime import resources, stop
 from jobs.runtime.engine_stats import Usage
 from jobs.runtime.hang import Sample
+from tests.browser_page import assert_not_reloaded, log_in, mark_document, shot
 from tests.helpers import BUSYBOX, PYTHON_IMAGE, submit_job, wait_for
-from tests.test_browser import (  # noqa: F401 - fixtures
-    assert_not_reloaded,
-    browser,
-    log_in,
-    mark_document,
-    new_page,
-    shot,
-)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -49,7 +42,7 @@ def open_resources(page: Page, job) -> None:
     expect(page.locator("#resources h2")).to_have_text("Resources")
 
 
-def test_resources_tab_draws_a_running_jobs_samples_live(demo, new_page):  # noqa: F811
+def test_resources_tab_draws_a_running_jobs_samples_live(demo, new_page):
     job = submit_job(demo, name="resources-demo", image=PYTHON_IMAGE, command=WAVES, node_count=2)
     wait_for(
         lambda: ResourceSeries.objects.filter(task_run__attempt__job=job).count() == 2,
@@ -101,7 +94,7 @@ def test_resources_tab_draws_a_running_jobs_samples_live(demo, new_page):  # noq
     shot(page, "resources-02-ended")
 
 
-def test_resources_tab_empty_state(demo, new_page):  # noqa: F811
+def test_resources_tab_empty_state(demo, new_page):
     job = submit_job(demo, name="never-ran", image="console/does-not-exist:1")
     wait_for(lambda: job.refresh_from_db() or job.is_final, timeout=60, message="the job to fail")
     page = new_page()
@@ -112,7 +105,7 @@ def test_resources_tab_empty_state(demo, new_page):  # noqa: F811
     shot(page, "resources-03-empty")
 
 
-def test_gpu_chart_with_fake_gpu_samples(demo, new_page):  # noqa: F811
+def test_gpu_chart_with_fake_gpu_samples(demo, new_page):
     """No GPU on this machine: the samples are made up (as a GpuSampler would give them) and go
     through the real recorder and writer; what is checked is that a GPU line appears."""
     job = TrainingJob.objects.create(

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser_page import CHROMIUM, CHROMIUM_ARGS
+from tests.folders import BROWSE, browse
 from tests.helpers import wait_for
-from tests.test_code_browser import BROWSE, browse
 
 SHOTS = Path("/tmp/shots")
-CHROMIUM = "/usr/lib/chromium/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
 
 
 @pytest.fixture

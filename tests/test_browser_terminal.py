@@ -8,15 +8,15 @@ from playwright.sync_api import expect
 
 from jobs.models import TaskRun
 from jobs.runtime import stop
+from tests.browser_page import log_in, shot
 from tests.helpers import running_instance, submit_job, wait_for
-from tests.test_browser import browser, log_in, new_page, shot  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 MARKER = "checkpoint-from-the-job"
 
 
-def test_terminal_runs_a_command_in_the_running_instance(demo, new_page):  # noqa: F811
+def test_terminal_runs_a_command_in_the_running_instance(demo, new_page):
     job = submit_job(demo, name="terminal-demo", command=f"touch /job-data/{MARKER}; sleep 300")
     running_instance(job)
     page = new_page()
@@ -49,15 +49,14 @@ def test_terminal_runs_a_command_in_the_running_instance(demo, new_page):  # noq
     expect(term.locator("#terminal-status")).to_contain_text("worker-0 is not running")
 
 
-def test_a_terminal_beyond_the_users_bound_says_why(demo, new_page, live_url):  # noqa: F811
+def test_a_terminal_beyond_the_users_bound_says_why(demo, new_page, live_url):
     """A user already holding as many terminals and SSH sessions as one may (3 in the tests,
     tests/pytest_env.py) opens another: the page says why it closed."""
     from contextlib import ExitStack
 
     from django.contrib.auth import get_user_model
 
-    from tests.test_terminal_socket import Shell
-    from tests.test_websockets import open_socket
+    from tests.wsclient import Shell, open_socket
 
     user = get_user_model().objects.create_user("three-terminals", password="three-terminals-password")
     demo.workspace.members.add(user)

@@ -10,13 +10,13 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from jobs.models import TrainingJob
-from tests.test_browser import browser, log_in, new_page, press_and_hold  # noqa: F401
+from tests.browser_page import log_in, press_and_hold
 from tests.wizard_page import htmx_idle, open_wizard, shot, step
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def the_high_availability_step(new_page) -> tuple[Page, object]:  # noqa: F811
+def the_high_availability_step(new_page) -> tuple[Page, object]:
     """The owner's wizard, opened at the high-availability step."""
     page = new_page()
     log_in(page, "owner", "owner-password")
@@ -25,7 +25,7 @@ def the_high_availability_step(new_page) -> tuple[Page, object]:  # noqa: F811
     return page, step(page, "High availability")
 
 
-def the_high_availability_step_with_fault_tolerance(new_page):  # noqa: F811
+def the_high_availability_step_with_fault_tolerance(new_page):
     """That step with fault tolerance switched on and its table drawn for it: (page, step, table)."""
     page, section = the_high_availability_step(new_page)
     section.get_by_label("Fault tolerance (automatic restart)").check()
@@ -35,7 +35,7 @@ def the_high_availability_step_with_fault_tolerance(new_page):  # noqa: F811
     return page, section, table
 
 
-def test_the_high_availability_step_says_what_happens_if(demo, new_page):  # noqa: F811
+def test_the_high_availability_step_says_what_happens_if(demo, new_page):
     """The table follows the switches as they are set (htmx posts the form; the same policy
     functions as at run time compute it)."""
     page, section = the_high_availability_step(new_page)
@@ -60,7 +60,7 @@ def test_the_high_availability_step_says_what_happens_if(demo, new_page):  # noq
     assert not TrainingJob.objects.exists()  # looking creates nothing
 
 
-def test_a_press_on_next_lands_though_leaving_a_field_redraws_the_table_above_it(demo, new_page):  # noqa: F811
+def test_a_press_on_next_lands_though_leaving_a_field_redraws_the_table_above_it(demo, new_page):
     """Pressing Next is what leaves the field: the field's messages and the what-if table above
     the buttons come back while the button is held. A table a few lines shorter moved Next out
     from under the pointer, the release landed beside it and the click was lost (a full run
@@ -88,7 +88,7 @@ def test_a_press_on_next_lands_though_leaving_a_field_redraws_the_table_above_it
     expect(section.locator("#whatif tr[data-class='transient']")).to_contain_text("1 of 2 restarts")
 
 
-def test_a_change_right_after_the_table_was_drawn_is_not_lost(demo, new_page):  # noqa: F811
+def test_a_change_right_after_the_table_was_drawn_is_not_lost(demo, new_page):
     """The table swaps itself whole (outerHTML) and listens to the form's changes. htmx set up the
     new table's listener only once the swap settled (20 ms later, more on a busy machine): a change
     in between reached the old table, which was gone, and was dropped. The table then stayed drawn
@@ -112,7 +112,7 @@ def test_a_change_right_after_the_table_was_drawn_is_not_lost(demo, new_page):  
     assert page.evaluate("window.changedAfterSwap") is True
 
 
-def test_a_table_answer_held_during_a_press_elsewhere_is_drawn_when_it_ends(demo, new_page):  # noqa: F811
+def test_a_table_answer_held_during_a_press_elsewhere_is_drawn_when_it_ends(demo, new_page):
     """A press that is not on a button (text being selected) holds the table's answer only
     until it ends; the table drawn then still follows the switches."""
     page, section, table = the_high_availability_step_with_fault_tolerance(new_page)
@@ -129,7 +129,7 @@ def test_a_table_answer_held_during_a_press_elsewhere_is_drawn_when_it_ends(demo
     expect(table.locator("tr[data-class='transient']")).to_contain_text("1 of 5 restarts")
 
 
-def test_a_press_on_a_switch_held_an_older_answer_that_does_not_replace_the_switchs_own(demo, new_page):  # noqa: F811
+def test_a_press_on_a_switch_held_an_older_answer_that_does_not_replace_the_switchs_own(demo, new_page):
     """Pressing a switch leaves the field typed in: that answer is held, and the switch's own
     change (at the click) asks for the table again. Drawn at the release, the held answer used
     to replace the table the new request was for, and the switch's answer was lost."""
@@ -145,7 +145,7 @@ def test_a_press_on_a_switch_held_an_older_answer_that_does_not_replace_the_swit
     )
 
 
-def test_the_table_follows_the_last_change_while_an_earlier_answer_is_on_its_way(demo, new_page):  # noqa: F811
+def test_the_table_follows_the_last_change_while_an_earlier_answer_is_on_its_way(demo, new_page):
     """A change made while the table's previous answer is still coming replaces that request.
     Queued behind it instead, the new request belonged to the table the old answer replaced and
     was never sent: the table stayed drawn for the switches before the last change."""

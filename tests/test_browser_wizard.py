@@ -9,20 +9,14 @@ import pytest
 from playwright.sync_api import expect
 
 from jobs.models import Phase, PresetTemplate, ResourcePool, TrainingJob
+from tests.browser_page import assert_not_reloaded, log_in, mark_document
 from tests.helpers import BUSYBOX, wait_for
-from tests.test_browser import (  # noqa: F401
-    assert_not_reloaded,
-    browser,
-    log_in,
-    mark_document,
-    new_page,
-)
 from tests.wizard_page import next_step, open_wizard, shot, step
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_walk_every_step_with_a_scenario_and_submit(demo, new_page, docker_client):  # noqa: F811
+def test_walk_every_step_with_a_scenario_and_submit(demo, new_page, docker_client):
     ResourcePool.objects.create(name="gpu-pool", kind="dedicated", node_cpus=8, node_memory_gb=64, node_gpus=2)
     page = new_page()
     log_in(page, "owner", "owner-password")
@@ -125,7 +119,7 @@ def test_walk_every_step_with_a_scenario_and_submit(demo, new_page, docker_clien
     shot(page, "08-submitted")
 
 
-def test_limits_are_refused_next_to_the_field_and_nothing_is_created(demo, new_page):  # noqa: F811
+def test_limits_are_refused_next_to_the_field_and_nothing_is_created(demo, new_page):
     page = new_page()
     log_in(page, "owner", "owner-password")
     open_wizard(page)
@@ -168,7 +162,7 @@ def test_limits_are_refused_next_to_the_field_and_nothing_is_created(demo, new_p
     assert not TrainingJob.objects.exists()
 
 
-def test_preset_template_and_env_file_import_fill_the_training_step(demo, new_page, tmp_path):  # noqa: F811
+def test_preset_template_and_env_file_import_fill_the_training_step(demo, new_page, tmp_path):
     from jobs.models import PresetImage
 
     PresetTemplate.objects.create(
@@ -213,7 +207,7 @@ def test_preset_template_and_env_file_import_fill_the_training_step(demo, new_pa
     shot(page, "12-template-and-import")
 
 
-def test_copy_a_job_from_its_page(demo, new_page):  # noqa: F811
+def test_copy_a_job_from_its_page(demo, new_page):
     from tests.helpers import submit_job
 
     job = submit_job(
@@ -251,7 +245,7 @@ def test_copy_a_job_from_its_page(demo, new_page):  # noqa: F811
     wait_for(lambda: TrainingJob.objects.get(id=copy.id).phase == Phase.RUNNING, message="the copy to run")
 
 
-def test_the_code_dir_is_picked_in_the_object_storage_browser(demo, new_page, settings):  # noqa: F811
+def test_the_code_dir_is_picked_in_the_object_storage_browser(demo, new_page, settings):
     """The wizard's "Browse object storage…" opens the storage browser in a dialog; the chosen
     folder fills the field, which is then checked like a typed value (SPEC §3 code dir limits)."""
     import shutil
@@ -306,7 +300,7 @@ def test_the_code_dir_is_picked_in_the_object_storage_browser(demo, new_page, se
         ),
     ],
 )
-def test_one_job_of_each_scenario_preset_runs_with_its_settings(demo, new_page, scenario, expected):  # noqa: F811
+def test_one_job_of_each_scenario_preset_runs_with_its_settings(demo, new_page, scenario, expected):
     page = new_page()
     log_in(page, "owner", "owner-password")
     open_wizard(page)
@@ -331,7 +325,7 @@ def test_one_job_of_each_scenario_preset_runs_with_its_settings(demo, new_page, 
     assert job.attempts.first().task_runs.count() == expected["node_count"]
 
 
-def test_the_defaults_alone_make_a_job_that_runs(demo, new_page, docker_client):  # noqa: F811
+def test_the_defaults_alone_make_a_job_that_runs(demo, new_page, docker_client):
     """A user who opens the wizard and submits at once gets a job that completes: the default
     image and command agree."""
     page = new_page()

@@ -15,7 +15,7 @@ import pytest
 from jobs.models import Phase, TaskRun, TrainingJob
 from jobs.runtime import stop
 from jobs.runtime.logs import read_lines
-from tests.helpers import PYTHON_IMAGE, submit_job, wait_for
+from tests.helpers import PYTHON_IMAGE, ended, submit_job, wait_for
 from tests.pytest_env import TEST_LABEL
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,11 +45,6 @@ def current_image(docker_client):
 
 def make_job(demo, **fields) -> TrainingJob:
     return submit_job(demo, **(dict(name="ckpt", image=PYTHON_IMAGE) | fields))
-
-
-def ended(job) -> bool:
-    job.refresh_from_db()
-    return job.phase in (Phase.COMPLETED, Phase.FAILED, Phase.TERMINATED)
 
 
 def texts(task_run: TaskRun) -> list[str]:

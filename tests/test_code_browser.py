@@ -11,22 +11,16 @@ import hashlib
 import os
 import re
 from pathlib import Path
-from urllib.parse import urlencode
 
 import pytest
 from django.urls import reverse
 from django.utils.html import escape
 
 from jobs import storage
+from tests.folders import BROWSE, browse
 
-BROWSE = "/storage/"
 SAVE = "/storage/save/"
 HX = {"HTTP_HX_REQUEST": "true"}
-
-
-def browse(path: str = "", **params: str) -> str:
-    query = {"path": path} if path else {}
-    return BROWSE + ("?" + urlencode(query | params) if query or params else "")
 
 
 @pytest.fixture

@@ -115,7 +115,7 @@ def test_a_follower_waiting_for_a_clear_up_slot_holds_no_database_connection(set
     """The wait for one of an engine's removal slots (engine.clear_away) is a wait at the edge:
     in a terminate storm 200 followers waited there. The containers are stand-ins (what is tested
     is the console's bound and the connection, as in tests/test_engine_clear_ups.py)."""
-    from tests.test_engine_clear_ups import StandInContainer, tracker
+    from tests.bounded_calls import StandInContainer, tracker
 
     if not connection.settings_dict.get("OPTIONS", {}).get("pool"):
         pytest.skip("the connection pool is PostgreSQL's (DATABASE_URL)")

@@ -24,10 +24,10 @@ from django.core.exceptions import ValidationError
 
 from jobs.models import DockerHost, Phase, ResourcePool, TrainingJob
 from jobs.runtime import engine, engine_clients, schedule
+from tests.bounded_calls import followed_through_a_bounded_client
 from tests.helpers import BUSYBOX, wait_for
 from tests.processes import free_port
 from tests.second_engine import SecondEngine
-from tests.test_follower_calls_bounded import followed_through_a_bounded_client
 
 pytestmark = pytest.mark.django_db
 

@@ -9,35 +9,9 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from types import SimpleNamespace
 
 from jobs.runtime import engine
-
-
-class StandInContainer:
-    """Has what remove_container and clear_away use: `.remove(force=True)` and its client's URL."""
-
-    def __init__(self, base_url: str, tracker: dict, hold: threading.Event | None = None, seconds: float = 0.05):
-        self.client = SimpleNamespace(api=SimpleNamespace(base_url=base_url))
-        self.tracker, self.hold, self.seconds = tracker, hold, seconds
-
-    def remove(self, force: bool = False) -> None:
-        with self.tracker["lock"]:
-            self.tracker["now"] += 1
-            self.tracker["most"] = max(self.tracker["most"], self.tracker["now"])
-        try:
-            if self.hold is not None:
-                self.hold.wait(10)
-            else:
-                time.sleep(self.seconds)
-        finally:
-            with self.tracker["lock"]:
-                self.tracker["now"] -= 1
-                self.tracker["done"] += 1
-
-
-def tracker() -> dict:
-    return {"lock": threading.Lock(), "now": 0, "most": 0, "done": 0}
+from tests.bounded_calls import StandInContainer, tracker
 
 
 def run_all(targets) -> None:

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from jobs.models import DockerHost, EventKind, Flavor, Phase, TaskRun, TrainingJob
 from jobs.runtime import stop
-from tests.helpers import submit_job, wait_for, worker_pausing_at
+from tests.helpers import ended, submit_job, wait_for, worker_pausing_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -19,10 +19,6 @@ def make_job(demo, **fields) -> TrainingJob:
 def reload(job) -> TrainingJob:
     job.refresh_from_db()
     return job
-
-
-def ended(job) -> bool:
-    return reload(job).phase in (Phase.COMPLETED, Phase.FAILED, Phase.TERMINATED)
 
 
 def test_transient_failure_restarts_the_process_in_the_same_container(demo, worker):

@@ -20,9 +20,9 @@ from jobs.api.serializers import FIELD_PATHS
 from jobs.forms import JobCreateForm
 from jobs.models import FileSystem, Flavor, ResourcePool, TrainingJob, Workspace
 from jobs.runtime.staging import StagingError, prepare_sources
-from tests.helpers import BUSYBOX
+from tests.folders import snapshot
+from tests.helpers import BUSYBOX, api_client, instance_of
 from tests.spec_io import BASE, World, form_for, to_body
-from tests.test_storage_tenancy import api_as, instance_of, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -61,7 +61,7 @@ FIELDS = {
 def outsider_creates(demo, values: dict):
     w = World(SimpleNamespace(workspace=elsewhere(), owner=demo.outsider))
     form = form_for(w, {**BASE, **values})
-    response = api_as(demo.outsider_token).post(
+    response = api_client(demo.outsider_token).post(
         f"/v2/{elsewhere().project_id}/training-jobs", to_body(w, {**BASE, **values}), format="json"
     )
     return form, response

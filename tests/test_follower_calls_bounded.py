@@ -19,11 +19,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from jobs.models import DockerHost, TaskRun
-from jobs.runtime import engine, follow
-from tests.helpers import BUSYBOX
-from tests.pytest_env import TEST_LABEL
-from tests.test_log_rest_bounded import running_run, serve_engine
-from tests.test_sampler_clients import Host, returns_within
+from jobs.runtime import follow
+from tests.bounded_calls import Host, followed_through_a_bounded_client, running_run, serve_engine
 
 
 def answered(body: bytes, content_type: str = "application/json") -> tuple[bytes, bool]:
@@ -74,29 +71,6 @@ def test_a_look_up_the_engine_never_answers_gives_the_run_up_once_another_follow
         listener.close()
         for conn in held:
             conn.close()
-
-
-def followed_through_a_bounded_client(host, docker_client) -> None:
-    """A followed log, through a client whose calls wait at most 1 s, quiet for 5 s between two
-    lines: both lines come, and the stream ends with the container, not with the client's bound.
-    The stream waits at least 2 s (twice the bound) once opened: the quiet starts with the
-    container, and the look-up and the stream's opening (over ssh, on a busy machine) take up to
-    a few seconds of it."""
-    made = docker_client.containers.run(
-        BUSYBOX,
-        ["sh", "-c", "echo one; sleep 5; echo two"],
-        detach=True,
-        labels=dict([TEST_LABEL]),
-        network_mode="none",
-    )
-    try:
-        stream = engine.log_stream(engine.container(host, made.id, timeout=1))
-        started = time.monotonic()
-        returned, outcome = returns_within(30, lambda: [f.split(b" ", 1)[1] for b in stream.batches() for f in b])
-        assert returned and outcome == [b"one\n", b"two\n"], outcome
-        assert time.monotonic() - started >= 2
-    finally:
-        made.remove(force=True)
 
 
 def test_a_followed_log_outlives_its_clients_bound(docker_client):

@@ -11,14 +11,13 @@ refused, and the host outside is untouched.
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 import pytest
 from django.utils import timezone
 
 from jobs import storage
-from jobs.models import Attempt, FileSystem, Phase, ResourcePool, TaskRun, TrainingJob, Workspace
+from jobs.models import Attempt, Phase, TaskRun, TrainingJob
 from jobs.runtime import outputs, schedule
 from jobs.runtime.hostpaths import (
     PathEscape,
@@ -36,20 +35,8 @@ from jobs.runtime.hostpaths import (
 )
 from jobs.runtime.layout import local_code_dir
 from jobs.runtime.staging import StagingError, backup_code, mounts_for, prepare_sources, stage_local_code
-from tests.helpers import BUSYBOX, wait_for
-from tests.pytest_env import TMP
-
-
-def snapshot(folder: Path) -> dict[str, tuple]:
-    """Every entry below `folder` (not following links) with its type, mode, owner and content."""
-    out = {}
-    for top, dirs, files in os.walk(folder):
-        for name in dirs + files:
-            path = Path(top, name)
-            st = path.lstat()
-            content = path.read_bytes() if stat.S_ISREG(st.st_mode) else os.readlink(path) if path.is_symlink() else b""
-            out[str(path.relative_to(folder))] = (stat.S_IFMT(st.st_mode), st.st_mode & 0o7777, st.st_uid, content)
-    return out
+from tests.folders import bucket, host_dir, snapshot
+from tests.helpers import dedicated_pool, ended, instance_of, unsaved, wait_for
 
 
 @pytest.fixture
@@ -266,38 +253,6 @@ def test_the_editor_saves_through_the_resolved_folder_only(obs, outside):
 pytestmark_db = pytest.mark.django_db(transaction=True)
 
 
-def dedicated_pool(demo) -> ResourcePool:
-    pool = ResourcePool.objects.create(name="dedicated", kind="dedicated", check_root_gb=0.5, check_cache_gb=0.5)
-    demo.host.pool = pool
-    demo.host.save(update_fields=["pool"])
-    return pool
-
-
-def host_dir(name: str) -> tuple[FileSystem, Path]:
-    folder = Path(TMP) / f"fs-{name}"
-    folder.mkdir(parents=True, exist_ok=True)
-    fs = FileSystem.objects.create(name=name, kind=FileSystem.Kind.HOST_DIR, source=str(folder))
-    fs.workspaces.add(*Workspace.objects.all())  # the test's workspaces may mount it
-    return fs, folder
-
-
-def unsaved(demo, **fields) -> TrainingJob:
-    return TrainingJob(
-        **(dict(workspace=demo.workspace, created_by=demo.owner, image=BUSYBOX, command="true") | fields)
-    )
-
-
-def instance_of(job: TrainingJob, demo) -> tuple[Attempt, TaskRun]:
-    attempt = Attempt(job=job, number=1)
-    return attempt, TaskRun(attempt=attempt, index=0, host=demo.host, container_name="unused")
-
-
-def bucket(name: str) -> Path:
-    path = storage.root() / name
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 @pytestmark_db
 def test_file_system_summary_and_artifact_folders_refuse_planted_links(demo, tmp_path, outside):
     fs, folder = host_dir("planted")
@@ -388,11 +343,6 @@ def test_the_log_export_refuses_a_planted_link_and_writes_nothing_elsewhere(demo
 
 
 # -- the two escapes, as real attacks ------------------------------------------------------------------------------
-def ended(job: TrainingJob) -> bool:
-    job.refresh_from_db()
-    return job.phase in (Phase.COMPLETED, Phase.FAILED, Phase.TERMINATED)
-
-
 def run_job(demo, pool, **fields) -> TrainingJob:
     defaults = dict(pool_type="dedicated", pool=pool, spec_type="custom", custom_cpus=0.5, custom_memory_gb=0.25)
     job = unsaved(demo, **(defaults | fields))

@@ -23,13 +23,11 @@ from playwright.sync_api import expect
 
 from console import realtime
 from jobs import logstream
-from jobs.consumers import PACE_S
+from jobs.consumers import CLOSE_FORBIDDEN, PACE_S
 from jobs.models import Phase, TaskRun, TrainingJob
-from tests.helpers import BUSYBOX, PYTHON_IMAGE, job_container, running_instance, submit_job, wait_for
-from tests.test_browser import browser, log_in, new_page, shot  # noqa: F401 - browser, new_page: fixtures
-from tests.test_job_outputs import api_log
-from tests.test_websockets import CLOSE_FORBIDDEN, closed_within
-from tests.wsclient import connect
+from tests.browser_page import log_in, shot
+from tests.helpers import BUSYBOX, PYTHON_IMAGE, api_log, job_container, running_instance, submit_job, wait_for
+from tests.wsclient import closed_within, connect
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 
@@ -350,7 +348,7 @@ def test_a_page_whose_channel_was_full_still_gets_every_line_and_is_still_rechec
 
 
 @pytest.mark.browser
-def test_the_log_view_draws_a_progress_bar_as_one_line(demo, new_page):  # noqa: F811
+def test_the_log_view_draws_a_progress_bar_as_one_line(demo, new_page):
     job = python_job(demo, "bars-browser", BAR_SCRIPT.replace("time.sleep(2)", "time.sleep(4)"))
     page = new_page()
     log_in(page, "owner", "owner-password")
@@ -368,7 +366,7 @@ def test_the_log_view_draws_a_progress_bar_as_one_line(demo, new_page):  # noqa:
 
 
 @pytest.mark.browser
-def test_the_log_view_shows_binary_as_text_and_cuts_a_long_line(demo, new_page):  # noqa: F811
+def test_the_log_view_shows_binary_as_text_and_cuts_a_long_line(demo, new_page):
     script = (
         "import sys; out = sys.stdout.buffer\n"
         "out.write(b'nul \\x00 bad \\xff\\xfe \\x1b[33myellow\\x1b[0m <i>not markup</i> \\x1b]0;title\\x07done\\n')\n"

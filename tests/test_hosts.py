@@ -13,18 +13,13 @@ from django.conf import settings
 
 from jobs.models import DockerHost, EventKind, Phase, TrainingJob
 from jobs.runtime.logview import tail_texts
-from tests.helpers import submit_job, wait_for
+from tests.helpers import ended, submit_job, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def make_job(demo, **fields) -> TrainingJob:
     return submit_job(demo, **(dict(name="hosts") | fields))
-
-
-def ended(job) -> bool:
-    job.refresh_from_db()
-    return job.is_final
 
 
 def running_on(job, host_name: str) -> bool:

@@ -19,8 +19,8 @@ from jobs import storage
 from jobs.models import EventKind, Flavor, Model, ModelVersion, Phase, TaskRun, TrainingJob
 from jobs.runtime import logreading, outputs, reconcile
 from jobs.runtime.logs import log_path
-from tests.helpers import submit_job, wait_for
-from tests.test_browser import browser, log_in, new_page, shot  # noqa: F401 - browser, new_page: fixtures
+from tests.browser_page import log_in, shot
+from tests.helpers import api_log, submit_job, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,10 +54,6 @@ def api_job(demo, job: TrainingJob) -> dict:
     response = api(demo).get(f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}")
     assert response.status_code == 200, response.content
     return response.json()
-
-
-def api_log(demo, job: TrainingJob, task: str = "worker-0", **params):
-    return api(demo).get(f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}/tasks/{task}/logs", params)
 
 
 def text(response) -> str:
@@ -436,7 +432,7 @@ def test_duration_text_and_time_parsing():
 
 # -- the page, in a browser -------------------------------------------------------------------------------
 @pytest.mark.browser
-def test_the_overview_shows_the_published_model_without_a_reload(demo, new_page):  # noqa: F811
+def test_the_overview_shows_the_published_model_without_a_reload(demo, new_page):
     # The job waits for the test's go-ahead: the page must see it running, however slow the machine.
     go = "until [ -e /job-data/go ]; do sleep 0.1; done"
     job = publishing_job(

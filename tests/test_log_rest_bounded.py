@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import socket
 import struct
-import threading
 import time
 
 import docker
@@ -21,8 +20,8 @@ from django.utils import timezone
 
 from jobs.models import Attempt, DockerHost, TaskRun, TrainingJob
 from jobs.runtime import docker_hosts, engine, engine_clients, follow, logs
+from tests.bounded_calls import Host, returns_within, running_run, serve_engine
 from tests.helpers import BUSYBOX
-from tests.test_sampler_clients import Host, returns_within
 
 FRAME = b"2026-12-06T00:00:00.000000001Z the line before the engine stopped\n"
 HEADERS = (
@@ -33,69 +32,6 @@ HEADERS = (
 def one_chunk(frame: bytes) -> bytes:
     body = struct.pack(">BxxxL", 1, len(frame)) + frame
     return b"%x\r\n%s\r\n" % (len(body), body)
-
-
-def running_run(demo, host: DockerHost, name: str) -> TaskRun:
-    """A job's one instance, running on `host` (a fake engine) in its first attempt, followed by
-    nobody yet."""
-    job = TrainingJob(workspace=demo.workspace, created_by=demo.owner, name=name, image=BUSYBOX, command="true")
-    job.full_clean()
-    job.save()
-    attempt = Attempt.objects.create(
-        job=job, number=1, level="initial", state=Attempt.State.RUNNING, started_at=timezone.now()
-    )
-    return TaskRun.objects.create(
-        attempt=attempt,
-        index=0,
-        host=host,
-        container_name=docker_hosts.container_name(job, 1, 0),
-        container_id="e" * 64,
-        state=TaskRun.State.RUNNING,
-        started_at=timezone.now(),
-    )
-
-
-def serve_engine(listener: socket.socket, route) -> list[socket.socket]:
-    """Answers each connection's requests with route(request line) -> (bytes, then hang up); an
-    answer without a hang-up keeps the connection for the next request (or holds it, silent)."""
-    held: list[socket.socket] = []
-
-    def serve(conn: socket.socket) -> None:
-        try:
-            answer_requests(conn)
-        except OSError:
-            pass  # the test closed the connection (its clean-up) while this thread used it
-
-    def answer_requests(conn: socket.socket) -> None:
-        pending = b""
-        while True:
-            while b"\r\n\r\n" not in pending:
-                data = conn.recv(4096)
-                if not data:
-                    return
-                pending += data
-            request, _, pending = pending.partition(b"\r\n\r\n")
-            answer, hang_up = route(request.split(b"\r\n", 1)[0].decode())
-            if answer:
-                conn.sendall(answer)
-            if hang_up == "reset":  # an RST, not a FIN, once the answer had time to arrive
-                time.sleep(0.3)
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            if hang_up:
-                conn.close()
-                return
-
-    def accept_forever() -> None:
-        while True:
-            try:
-                conn = listener.accept()[0]
-            except OSError:
-                return
-            held.append(conn)
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept_forever, daemon=True).start()
-    return held
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from rest_framework.test import APIClient
 from jobs.models import Attempt, TaskRun
 from jobs.runtime.metrics import parse
 from tests.helpers import PYTHON_IMAGE, submit_job, wait_for
-from tests.test_browser import browser, new_page  # noqa: F401
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 
@@ -141,10 +140,10 @@ def test_a_failing_scrape_says_why_and_a_job_without_metrics_has_no_tab(demo):
 
 
 @pytest.mark.browser
-def test_the_metrics_tab_in_a_browser(demo, new_page):  # noqa: F811
+def test_the_metrics_tab_in_a_browser(demo, new_page):
     from playwright.sync_api import expect
 
-    from tests.test_browser import ARTIFACTS, log_in
+    from tests.browser_page import ARTIFACTS, log_in
 
     job = submit_job(
         demo,

@@ -17,7 +17,7 @@ import pytest
 from jobs.models import Attempt, Phase, TaskRun, TrainingJob
 from jobs.runtime import docker_hosts, schedule, stop
 from jobs.runtime.logs import read_lines, split_frame
-from tests.helpers import describe, submit_job, wait_for, worker_dying_at
+from tests.helpers import describe, ended, submit_job, wait_for, worker_dying_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,11 +62,6 @@ class ContainerLog(threading.Thread):
 
 def make_job(demo, command: str, **fields) -> TrainingJob:
     return submit_job(demo, **(dict(name="multi", node_count=2, fault_tolerance=True, command=command) | fields))
-
-
-def ended(job) -> bool:
-    job.refresh_from_db()
-    return job.is_final
 
 
 def runs_of(job, attempt: int) -> dict[int, TaskRun]:

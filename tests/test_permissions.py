@@ -21,23 +21,22 @@ from types import SimpleNamespace
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
 from django.test import Client
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from jobs import access
+from jobs.consumers import CLOSE_FORBIDDEN
 from jobs.models import DockerHost, Phase, ResourcePool, TrainingJob, Workspace
 from jobs.views.detail import TABS
 from tests.demo import make_demo
-from tests.helpers import BUSYBOX, flush_database, settle_jobs, submit_job, wait_for
+from tests.helpers import flush_database, phase, settle_jobs, submit_job, wait_for
+from tests.permission_cast import api_as, api_body, create_form, grant, make_auditor, signed_in
 from tests.wsclient import connect
 
 # Every test rolls back; the cast's rows are committed once for the module (`made_cast`).
 pytestmark = [pytest.mark.django_db]
 
-CLOSE_FORBIDDEN = 4403
 ROLES = ("owner", "member", "outsider", "auditor", "superuser")
 # Which of the three jobs each caller sees.
 SEES = {
@@ -59,18 +58,6 @@ class Cast:
 
     def sees(self, role: str, key: str) -> bool:
         return key in SEES[role]
-
-
-def grant(user, codename: str):
-    user.user_permissions.add(Permission.objects.get(codename=codename, content_type__app_label="jobs"))
-    return get_user_model().objects.get(pk=user.pk)  # a fresh object: has_perm caches
-
-
-def make_auditor(workspace):
-    """A workspace member who holds "may list all jobs"."""
-    auditor = get_user_model().objects.create_user("auditor", password="auditor-password")
-    workspace.members.add(auditor)
-    return grant(auditor, "list_all_jobs")
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +83,7 @@ def made_cast(django_db_setup, django_db_blocker, celery_worker_process, docker_
                 ),
             }
             for job in jobs.values():
-                wait_for(lambda job=job: _phase(job) == Phase.COMPLETED, message=f"{job.name} Completed")
+                wait_for(lambda job=job: phase(job) == Phase.COMPLETED, message=f"{job.name} Completed")
             users = {
                 "owner": demo.owner,
                 "member": demo.member,
@@ -104,7 +91,7 @@ def made_cast(django_db_setup, django_db_blocker, celery_worker_process, docker_
                 "auditor": auditor,
                 "superuser": superuser,
             }
-            sessions = {role: browser(user).cookies["sessionid"].value for role, user in users.items()}
+            sessions = {role: signed_in(user).cookies["sessionid"].value for role, user in users.items()}
             yield Cast(demo, users, jobs, sessions)
         finally:
             try:
@@ -131,25 +118,7 @@ def cast(made_cast, db) -> Cast:
     return Cast(demo, users, jobs, made_cast.sessions)
 
 
-def _phase(job) -> str:
-    job.refresh_from_db()
-    return job.phase
-
-
 OUTPUT = {"shared": "shared-output", "owner_private": "owner-secret", "member_private": "member-secret"}
-
-
-def browser(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def api_client(user) -> APIClient:
-    client = APIClient()
-    token, _ = Token.objects.get_or_create(user=user)
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
-    return client
 
 
 def project(cast) -> str:
@@ -225,7 +194,7 @@ def test_anonymous_and_inactive_users_see_nothing(cast):
 # -- pages -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("role", ROLES)
 def test_pages(cast, role):
-    client = browser(cast.users[role])
+    client = signed_in(cast.users[role])
     # The job list (full page and the htmx partial), also when searching for a hidden job by name.
     for headers in ({}, {"HTTP_HX_REQUEST": "true"}):
         response = client.get("/", **headers)
@@ -263,19 +232,6 @@ def test_pages(cast, role):
         assert TrainingJob.objects.filter(name=f"created-by-{role}", created_by=cast.users[role]).exists()
 
 
-def create_form(workspace, name: str, **extra) -> dict:
-    return {
-        "workspace": workspace.id,
-        "name": name,
-        "image": BUSYBOX,
-        "command": "echo created",
-        "node_count": 1,
-        "max_restarts": 3,
-        "pod_retry_num": 0,
-        **extra,
-    }
-
-
 def test_anonymous_pages_go_to_the_login(cast):
     client = Client()
     job = cast.jobs["shared"]
@@ -284,13 +240,13 @@ def test_anonymous_pages_go_to_the_login(cast):
         response = client.get(path)
         assert response.status_code == 302 and response["Location"].startswith("/accounts/login/"), path
     assert client.post(f"/jobs/{job.id}/stop/").status_code == 302
-    assert _phase(job) == Phase.COMPLETED
+    assert phase(job) == Phase.COMPLETED
 
 
 # -- API -------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("role", ROLES)
 def test_api_routes(cast, role):
-    api = api_client(cast.users[role])
+    api = api_as(cast.users[role])
     listing = api.get(project(cast))
     if role == "outsider":
         assert listing.status_code == 404
@@ -327,15 +283,6 @@ def test_api_routes(cast, role):
         response = api.delete(f"{project(cast)}/{job.id}")
         assert response.status_code == (204 if cast.sees(role, key) else 404), (role, key)
         assert TrainingJob.objects.filter(id=job.id).exists() != cast.sees(role, key)
-
-
-def api_body(name: str, **spec) -> dict:
-    return {
-        "kind": "job",
-        "metadata": {"name": name, "annotations": {}},
-        "algorithm": {"command": "echo api", "engine": {"image_url": BUSYBOX}},
-        "spec": {"resource": {"node_count": 1}, **spec},
-    }
 
 
 def test_api_anonymous_and_bad_token_are_refused(cast):

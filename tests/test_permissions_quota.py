@@ -11,8 +11,8 @@ from django.db import connection
 
 from jobs import access
 from jobs.models import Phase, TrainingJob
-from tests.helpers import BUSYBOX, submit_job, wait_for
-from tests.test_permissions import _phase, api_body, api_client, browser, create_form, grant, make_auditor
+from tests.helpers import BUSYBOX, phase, submit_job, wait_for
+from tests.permission_cast import api_as, api_body, create_form, grant, make_auditor, signed_in
 
 pytestmark = [pytest.mark.django_db]
 
@@ -21,16 +21,16 @@ pytestmark = [pytest.mark.django_db]
 def test_hidden_running_job_cannot_be_stopped(demo, worker):
     """A running creator-only job: the member's Stop (page, API) is a 404 and changes nothing; the auditor's works."""
     job = submit_job(demo, name="hidden-loop", command="while true; do sleep 0.2; done", visibility="creator")
-    wait_for(lambda: _phase(job) == Phase.RUNNING, message="Running")
+    wait_for(lambda: phase(job) == Phase.RUNNING, message="Running")
     member = demo.member
-    assert browser(member).post(f"/jobs/{job.id}/stop/").status_code == 404
+    assert signed_in(member).post(f"/jobs/{job.id}/stop/").status_code == 404
     url = f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}"
-    assert api_client(member).post(f"{url}/actions", {"action_type": "terminate"}, format="json").status_code == 404
-    assert api_client(member).delete(url).status_code == 404
+    assert api_as(member).post(f"{url}/actions", {"action_type": "terminate"}, format="json").status_code == 404
+    assert api_as(member).delete(url).status_code == 404
     job.refresh_from_db()
     assert job.phase == Phase.RUNNING and not job.terminate_requested
-    assert browser(make_auditor(demo.workspace)).post(f"/jobs/{job.id}/stop/").status_code == 200
-    wait_for(lambda: _phase(job) == Phase.TERMINATED, message="Terminated")
+    assert signed_in(make_auditor(demo.workspace)).post(f"/jobs/{job.id}/stop/").status_code == 200
+    wait_for(lambda: phase(job) == Phase.TERMINATED, message="Terminated")
 
 
 # -- quota (SPEC §3: <= 10,000 jobs per account; the next is refused with a clear message) --------------
@@ -70,7 +70,7 @@ def test_check_quota_refuses_the_10001st_job(demo):
 @pytest.mark.usefixtures("worker")  # the accepted jobs run
 def test_api_refuses_the_10001st_job_of_an_account(demo):
     fill_quota(demo, demo.owner, 9_999)
-    owner = api_client(demo.owner)
+    owner = api_as(demo.owner)
     url = f"/v2/{demo.workspace.project_id}/training-jobs"
     assert owner.post(url, api_body("the-10000th"), format="json").status_code == 201
     refused = owner.post(url, api_body("the-10001st"), format="json")
@@ -80,12 +80,12 @@ def test_api_refuses_the_10001st_job_of_an_account(demo):
     assert not TrainingJob.objects.filter(name="the-10001st").exists()
     assert TrainingJob.objects.filter(created_by=demo.owner).count() == 10_000
     # Another account in the same workspace still creates.
-    assert api_client(demo.member).post(url, api_body("members-job"), format="json").status_code == 201
+    assert api_as(demo.member).post(url, api_body("members-job"), format="json").status_code == 201
 
 
 def test_create_form_refuses_the_10001st_job_of_an_account(demo):
     fill_quota(demo, demo.owner, 10_000)
-    client = browser(demo.owner)
+    client = signed_in(demo.owner)
     response = client.post("/jobs/create/", create_form(demo.workspace, "the-10001st"))
     assert response.status_code == 400, (
         "the create form accepted an account's 10,001st job: call jobs.access.check_quota(user) in "

@@ -19,7 +19,7 @@ from jobs.runtime import preemption, stop
 from jobs.runtime.placement import Request
 from jobs.runtime.preemption import Candidate, choose_victims, may_preempt
 from tests.helpers import submit_job, wait_for
-from tests.test_permissions import grant
+from tests.permission_cast import grant
 
 # -- choosing the victims, on model objects ------------------------------------------------------
 NODE = Resources(cpus=8, memory_gb=64, gpus=8)

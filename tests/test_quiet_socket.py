@@ -13,7 +13,8 @@ from websockets.exceptions import ConnectionClosed
 
 from console import realtime
 from jobs.models import Phase
-from tests.test_websockets import HEADER_PHASE, log_numbers, make_job, open_socket, phase
+from tests.helpers import phase, submit_job
+from tests.wsclient import HEADER_PHASE, log_numbers, open_socket
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 
@@ -61,7 +62,7 @@ def test_log_and_job_sockets_live_through_a_long_silence(demo, live_url):
     # Slept longer than the silence asserted: the socket's silence is the container's sleep less
     # how late the line before it arrived (a full run once delivered it 1.4 s late: 19.6 s of a
     # 21 s sleep), and a silence shorter than asserted would test less than it says.
-    job = make_job(demo, f"echo before-silence; sleep {silence + 5:g}; echo after-silence")
+    job = submit_job(demo, name="ws-job", command=f"echo before-silence; sleep {silence + 5:g}; echo after-silence")
     with (
         open_socket(live_url, f"/ws/jobs/{job.id}/", demo.owner) as job_ws,
         open_socket(live_url, f"/ws/jobs/{job.id}/logs/0/", demo.owner) as log_ws,

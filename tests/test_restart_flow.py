@@ -4,18 +4,13 @@ import pytest
 
 from jobs.models import Phase, TrainingJob
 from jobs.runtime import stop
-from tests.helpers import job_container, submit_job, wait_for
+from tests.helpers import job_container, phase, submit_job, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def make_job(demo, **fields) -> TrainingJob:
     return submit_job(demo, **(dict(name="job") | fields))
-
-
-def phase(job) -> str:
-    job.refresh_from_db()
-    return job.phase
 
 
 def running_container(docker_client, job):

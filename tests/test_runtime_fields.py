@@ -14,73 +14,22 @@ from django.conf import settings
 
 from jobs import storage
 from jobs import validators as v
-from jobs.models import Attempt, Dataset, FileSystem, Flavor, Phase, ResourcePool, TaskRun, TrainingJob
+from jobs.models import Dataset, FileSystem, Flavor, Phase, TaskRun, TrainingJob
 from jobs.runtime import docker_hosts, engine, schedule
 from jobs.runtime.layout import DATA_MOUNT_ROOT, layout_environment, runtime_layout
-from jobs.runtime.logs import read_lines
 from jobs.runtime.staging import StagingError, mounts_for, prepare_sources, volume_labels
-from tests.helpers import BUSYBOX, submit_job, wait_for
+from tests.folders import bucket
+from tests.helpers import BUSYBOX, dedicated_pool, ended, instance_of, log_texts, run_of, submit_job, unsaved, wait_for
 from tests.pytest_env import TMP
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
-def bucket(name: str) -> Path:
-    """A bucket in the object storage the worker uses (the same root as this process)."""
-    path = storage.root() / name
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
-
-
-def ended(job: TrainingJob) -> bool:
-    job.refresh_from_db()
-    return job.phase in (Phase.COMPLETED, Phase.FAILED, Phase.TERMINATED)
-
-
-def log_texts(task_run: TaskRun) -> list[str]:
-    task_run.refresh_from_db()
-    return [line.text for line in read_lines(task_run)]
-
-
-def run_of(job: TrainingJob, attempt: int = 1) -> TaskRun:
-    """The attempt's first instance once its container ran: running, or already ended (a short
-    command can end between two looks on a busy machine, and then it was never seen running)."""
-    return wait_for(
-        lambda: (
-            TaskRun.objects.filter(
-                attempt__job=job,
-                attempt__number=attempt,
-                state__in=[TaskRun.State.RUNNING, TaskRun.State.EXITED, TaskRun.State.LOST],
-            )
-            .exclude(container_id="")
-            .first()
-        ),
-        message=f"attempt {attempt}'s container to run",
-    )
-
-
-def dedicated_pool(demo) -> ResourcePool:
-    """A dedicated pool holding the test host (file system and object storage mounts are dedicated-only)."""
-    pool = ResourcePool.objects.create(name="dedicated", kind="dedicated", check_root_gb=0.5, check_cache_gb=0.5)
-    demo.host.pool = pool
-    demo.host.save(update_fields=["pool"])
-    return pool
-
-
-def unsaved(demo, **fields) -> TrainingJob:
-    return TrainingJob(workspace=demo.workspace, created_by=demo.owner, **fields)
-
-
-def instance_of(job: TrainingJob, demo) -> tuple[Attempt, TaskRun]:
-    attempt = Attempt(job=job, number=1)
-    return attempt, TaskRun(attempt=attempt, index=0, host=demo.host, container_name="unused")
 
 
 # -- the preview (no container) ----------------------------------------------------------------------------

@@ -17,13 +17,9 @@ import pytest
 from django.conf import settings
 
 from jobs.runtime import engine, engine_clients, engine_exec, hang
+from tests.bounded_calls import Host, returns_within
 from tests.helpers import BUSYBOX
 from tests.pytest_env import TEST_LABEL
-
-
-class Host:
-    def __init__(self, base_url: str):
-        self.base_url, self.name = base_url, "h"
 
 
 @pytest.fixture
@@ -50,22 +46,6 @@ def silent_engine(tmp_path, monkeypatch):
     listener.close()
     for conn in held:
         conn.close()
-
-
-def returns_within(seconds: float, call) -> tuple[bool, object]:
-    """Run call on a thread of its own: (whether it returned in time, what it returned or raised)."""
-    outcome: list[object] = []
-
-    def run() -> None:
-        try:
-            outcome.append(call())
-        except Exception as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    return (not thread.is_alive(), outcome[0] if outcome else None)
 
 
 def test_an_exec_through_a_followers_handle_gives_up_on_an_engine_that_never_answers(silent_engine):

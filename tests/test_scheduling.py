@@ -27,7 +27,7 @@ from jobs.models import (
 )
 from jobs.runtime import reconcile, stop
 from jobs.runtime.placement import Request, place
-from tests.helpers import submit_job, wait_for
+from tests.helpers import ended, submit_job, wait_for
 
 # -- the placement function, on model objects ---------------------------------------------
 GPU_NODE = Resources(cpus=64, memory_gb=512, gpus=8)
@@ -236,10 +236,6 @@ def hosts_of(job: TrainingJob) -> list[str]:
 
 def running(job: TrainingJob) -> bool:
     return reload(job).phase == Phase.RUNNING
-
-
-def ended(job: TrainingJob) -> bool:
-    return reload(job).is_final
 
 
 def containers(docker_client, job: TrainingJob) -> list:

@@ -22,9 +22,9 @@ from django.conf import settings
 from jobs.models import DockerHost
 from jobs.runtime import engine, engine_clients, engine_exec
 from jobs.runtime.timed_pipes import PipeReader
+from tests.bounded_calls import followed_through_a_bounded_client
 from tests.helpers import busybox_with_tools
 from tests.processes import STAND_IN_SSH_DIR
-from tests.test_follower_calls_bounded import followed_through_a_bounded_client
 
 
 @pytest.fixture

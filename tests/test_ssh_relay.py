@@ -104,8 +104,7 @@ def test_ssh_counts_with_the_terminals_of_its_user(demo, ssh_job, live_url):
     from django.contrib.auth import get_user_model
     from rest_framework.authtoken.models import Token
 
-    from tests.test_terminal_socket import Shell
-    from tests.test_websockets import open_socket
+    from tests.wsclient import Shell, open_socket
 
     job, key, known = ssh_job
     user = get_user_model().objects.create(username="ssh-and-terminals")

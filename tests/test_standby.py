@@ -12,9 +12,9 @@ import pytest
 
 from jobs.models import Attempt, Phase, TaskRun
 from jobs.runtime import cleanup, docker_hosts, engine, staging, standby, stop
-from tests.helpers import BUSYBOX, submit_job, wait_for
+from tests.folders import host_dir
+from tests.helpers import BUSYBOX, dedicated_pool, ended, submit_job, unsaved, wait_for
 from tests.pytest_env import TMP
-from tests.test_host_paths import dedicated_pool, ended, host_dir, unsaved
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -20,8 +20,8 @@ from jobs import storage
 from jobs.models import Phase
 from jobs.runtime import schedule
 from jobs.runtime.staging import prepare_sources
-from tests.helpers import BUSYBOX, wait_for
-from tests.test_runtime_fields import bucket, dedicated_pool, ended, instance_of, log_texts, run_of, unsaved
+from tests.folders import bucket
+from tests.helpers import BUSYBOX, dedicated_pool, ended, instance_of, log_texts, run_of, unsaved, wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="ownership needs a console running as root")
 

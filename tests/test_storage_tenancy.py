@@ -20,7 +20,6 @@ from urllib.parse import urlencode
 import pytest
 from django.contrib.auth.models import Permission
 from django.utils.html import escape
-from rest_framework.test import APIClient
 
 from jobs import storage
 from jobs.api.serializers import FIELD_PATHS
@@ -36,11 +35,11 @@ from jobs.models import (
 )
 from jobs.runtime import outputs
 from jobs.runtime.staging import StagingError, mounts_for, prepare_sources
-from tests.helpers import BUSYBOX
+from tests.folders import snapshot
+from tests.helpers import BUSYBOX, api_client, instance_of
 from tests.spec_io import BASE, DEDICATED, World, form_for, to_body
 
 # The host paths' snapshot() also records owners and link targets: a refusal changes none of those either.
-from tests.test_host_paths import instance_of, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -196,16 +195,12 @@ def world_of(demo, workspace: Workspace, user) -> World:
     return w
 
 
-def api_as(token: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-    return client
-
-
 def create_both(w: World, token: str, values: dict):
     """The form (valid or its errors) and the API's answer for the same values."""
     form = form_for(w, values)
-    response = api_as(token).post(f"/v2/{w.demo.workspace.project_id}/training-jobs", to_body(w, values), format="json")
+    response = api_client(token).post(
+        f"/v2/{w.demo.workspace.project_id}/training-jobs", to_body(w, values), format="json"
+    )
     return form, response
 
 

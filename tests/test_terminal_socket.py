@@ -4,8 +4,6 @@ only while the instance runs, recorded as an event."""
 
 from __future__ import annotations
 
-import json
-import time
 from contextlib import ExitStack
 
 import pytest
@@ -15,7 +13,7 @@ from jobs.models import EventKind, JobEvent, TaskRun
 from jobs.runtime import stop
 from jobs.terminal import CLOSE_ENDED, CLOSE_FORBIDDEN, CLOSE_TOO_MANY
 from tests.helpers import running_instance, submit_job, wait_for
-from tests.test_websockets import open_socket, refused
+from tests.wsclient import Shell, open_socket, refused
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 
@@ -30,48 +28,6 @@ def running_job(demo, **fields):
 
 def path(job, index: int = 0) -> str:
     return f"/ws/jobs/{job.id}/terminal/{index}/"
-
-
-class Shell:
-    """The browser's side of the framing: keystrokes as binary frames, control as JSON text."""
-
-    def __init__(self, ws):
-        self.ws, self.output, self.texts = ws, b"", []
-
-    def type(self, text: str) -> None:
-        self.ws.send(text.encode())
-
-    def resize(self, rows: int, cols: int) -> None:
-        self.ws.send(json.dumps({"resize": [rows, cols]}))
-
-    def read_until(self, needle: bytes, timeout: float = 20) -> bytes:
-        deadline = time.monotonic() + timeout
-        while needle not in self.output:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise AssertionError(f"no {needle!r} in {self.output[-800:]!r}")
-            try:
-                message = self.ws.recv(timeout=remaining)
-            except TimeoutError:
-                continue
-            if isinstance(message, bytes):
-                self.output += message
-            else:
-                self.texts.append(json.loads(message))
-        return self.output
-
-    def closed_code(self, timeout: float) -> int | None:
-        deadline = time.monotonic() + timeout
-        while (remaining := deadline - time.monotonic()) > 0:
-            try:
-                message = self.ws.recv(timeout=remaining)
-            except TimeoutError:
-                break
-            except ConnectionClosed as exc:
-                return exc.rcvd.code if exc.rcvd else None
-            if isinstance(message, str):
-                self.texts.append(json.loads(message))
-        raise AssertionError(f"the terminal stayed open {timeout}s")
 
 
 def test_the_owner_gets_a_shell_as_uid_1000_and_it_is_recorded(demo, live_url):

@@ -7,58 +7,27 @@ import re
 import time
 
 import pytest
-from django.test import Client
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from jobs.consumers import CLOSE_FORBIDDEN
 from jobs.models import Phase, TrainingJob
-from tests.helpers import job_container, submit_job, wait_for
-from tests.wsclient import connect
+from tests.helpers import job_container, phase, submit_job, wait_for
+from tests.wsclient import (
+    HEADER_PHASE,
+    closed_within,
+    connect,
+    log_numbers,
+    open_socket,
+    refused,
+    session_cookie,
+    ws_url,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
-
-CLOSE_FORBIDDEN = 4403
-HEADER_PHASE = re.compile(r'id="job-header".*?data-phase="([^"]+)"', re.S)
-LOG_LINE = re.compile(r'<div class="ln" data-n="(\d+)">([^<]*)</div>')
 
 
 def make_job(demo, command: str, **fields) -> TrainingJob:
     return submit_job(demo, name="ws-job", command=command, **fields)
-
-
-def session_cookie(user) -> str:
-    client = Client()
-    client.force_login(user)
-    return client.cookies["sessionid"].value
-
-
-def ws_url(live_url: str, path: str) -> str:
-    return live_url.replace("http://", "ws://", 1) + path
-
-
-def open_socket(live_url: str, path: str, user=None):
-    headers = {"Origin": live_url}
-    if user is not None:
-        headers["Cookie"] = f"sessionid={session_cookie(user)}"
-    return connect(ws_url(live_url, path), additional_headers=headers, open_timeout=10)
-
-
-def phase(job) -> str:
-    job.refresh_from_db()
-    return job.phase
-
-
-def refused(live_url: str, path: str, user=None):
-    """Connect and read: returns how the server refused (close code, or the HTTP status of the handshake)."""
-    try:
-        ws = open_socket(live_url, path, user)
-    except InvalidStatus as exc:
-        return ("http", exc.response.status_code)
-    with ws:
-        try:
-            message = ws.recv(timeout=10)
-        except ConnectionClosed as exc:
-            return ("close", exc.rcvd.code if exc.rcvd else None)
-        raise AssertionError(f"a refused socket received data: {message[:200]!r}")
 
 
 # -- who may connect ------------------------------------------------------------------------------
@@ -82,19 +51,6 @@ def test_foreign_origin_is_refused(demo, live_url):
     with pytest.raises((InvalidStatus, ConnectionClosed)):
         with connect(ws_url(live_url, f"/ws/jobs/{job.id}/"), additional_headers=headers, open_timeout=10) as ws:
             ws.recv(timeout=10)
-
-
-def closed_within(ws, timeout: float) -> int | None:
-    """Read until the server closes the socket; its close code (AssertionError if it stays open)."""
-    deadline = time.monotonic() + timeout
-    while (remaining := deadline - time.monotonic()) > 0:
-        try:
-            ws.recv(timeout=remaining)
-        except TimeoutError:
-            break
-        except ConnectionClosed as exc:
-            return exc.rcvd.code if exc.rcvd else None
-    raise AssertionError(f"the socket stayed open {timeout}s")
 
 
 def test_a_member_removed_from_the_workspace_loses_the_open_sockets(demo, live_url):
@@ -155,10 +111,6 @@ def test_owner_and_member_see_the_phase_change_live(demo, live_url):
 
 
 # -- the log ---------------------------------------------------------------------------------------------
-def log_numbers(messages: list[str]) -> list[tuple[int, str]]:
-    return [(int(n), text) for message in messages for n, text in LOG_LINE.findall(message)]
-
-
 def test_log_socket_sends_the_tail_then_live_lines_in_order(demo, live_url):
     total = 300
     job = make_job(demo, f"for i in $(seq 1 {total}); do echo n=$i; sleep 0.01; done")

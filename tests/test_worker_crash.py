@@ -7,7 +7,7 @@ import pytest
 
 from jobs.models import Attempt, Phase, TaskRun, TrainingJob
 from jobs.runtime.logs import read_lines
-from tests.helpers import submit_job, wait_for
+from tests.helpers import phase, submit_job, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 
@@ -18,11 +18,6 @@ NUMBERED = f"for i in $(seq 1 {TOTAL}); do echo n=$i; if [ $((i % 50)) -eq 0 ]; 
 
 def make_job(demo, command: str, **fields) -> TrainingJob:
     return submit_job(demo, name="crash-job", command=command, **fields)
-
-
-def phase(job) -> str:
-    job.refresh_from_db()
-    return job.phase
 
 
 def task_run(job, attempt: int = 1) -> TaskRun | None:

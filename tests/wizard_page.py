@@ -7,7 +7,7 @@ import re
 
 from playwright.sync_api import Page, expect
 
-from tests.test_browser import ARTIFACTS
+from tests.browser_page import ARTIFACTS
 
 HTMX_BUSY = ".htmx-request, .htmx-swapping, .htmx-settling, .htmx-added"
 
