@@ -116,11 +116,14 @@ def test_no_test_module_imports_another():
     """A test module holds tests; what several use is a fixture (conftest.py) or a helper in a
     module of its own (browser_page.py, wsclient.py, folders.py, bounded_calls.py, ...). Importing
     a test module runs its module-level settings in the importer and made copies of a fixture per
-    importing module; helpers kept there were copied rather than found (five `ended`, two
-    `dedicated_pool`)."""
+    importing module; helpers kept there were copied rather than found (eight copies of `ended`,
+    two of `dedicated_pool`)."""
     for path in sorted((ROOT / "tests").glob("*.py")):
-        tests_imported = sorted(m for m in imported_modules(path) if m.startswith("tests.test_"))
-        assert not tests_imported, f"{path.relative_to(ROOT)} imports {tests_imported}"
+        tests_imported = {m for m in imported_modules(path) if m.startswith("tests.test_")}
+        for node in ast.walk(ast.parse(path.read_text())):  # from tests import test_x
+            if isinstance(node, ast.ImportFrom) and node.module == "tests" and node.level == 0:
+                tests_imported.update(f"tests.{a.name}" for a in node.names if a.name.startswith("test_"))
+        assert not tests_imported, f"{path.relative_to(ROOT)} imports {sorted(tests_imported)}"
 
 
 # What bench/ may import from tests/: modules that change nothing when imported (tests/shared.py).

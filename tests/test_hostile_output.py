@@ -23,11 +23,11 @@ from playwright.sync_api import expect
 
 from console import realtime
 from jobs import logstream
-from jobs.consumers import CLOSE_FORBIDDEN, PACE_S
+from jobs.consumers import PACE_S
 from jobs.models import Phase, TaskRun, TrainingJob
 from tests.browser_page import log_in, shot
 from tests.helpers import BUSYBOX, PYTHON_IMAGE, api_log, job_container, running_instance, submit_job, wait_for
-from tests.wsclient import closed_within, connect
+from tests.wsclient import CLOSE_FORBIDDEN, closed_within, connect
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 

@@ -67,7 +67,8 @@ def api_names(items: list[dict]) -> list[str]:
 
 
 @pytest.fixture
-def browser(demo) -> Client:
+def site(demo) -> Client:
+    """The pages, as the demo member's browser session asks for them (Django's test client)."""
     client = Client()
     client.force_login(demo.member)
     return client
@@ -105,8 +106,8 @@ QUERIES = [
 
 
 @pytest.mark.parametrize("params,expected", QUERIES, ids=[str(q) for q, _ in QUERIES])
-def test_filters_search_and_sort_on_the_page_and_the_api(catalog, browser, api, demo, params, expected):
-    page = browser.get("/", params)
+def test_filters_search_and_sort_on_the_page_and_the_api(catalog, site, api, demo, params, expected):
+    page = site.get("/", params)
     assert page.status_code == 200
     assert page_names(page.content.decode(), catalog) == expected
     listed = api.get(list_url(demo), params)
@@ -117,10 +118,10 @@ def test_filters_search_and_sort_on_the_page_and_the_api(catalog, browser, api, 
     assert body["sort_by"] == params.get("sort_by", "create_time") and body["order"] == params.get("order", "desc")
 
 
-def test_repeated_phase_parameters(catalog, api, demo, browser):
+def test_repeated_phase_parameters(catalog, api, demo, site):
     listed = api.get(f"{list_url(demo)}?phase=Completed&phase=Terminated").json()
     assert api_names(listed["items"]) == ["resnet-101", "resnet-50", "bert-small"]
-    assert page_names(browser.get("/?phase=Completed&phase=Terminated").content.decode(), catalog) == api_names(
+    assert page_names(site.get("/?phase=Completed&phase=Terminated").content.decode(), catalog) == api_names(
         listed["items"]
     )
 
@@ -129,18 +130,18 @@ def test_repeated_phase_parameters(catalog, api, demo, browser):
     "params,field",
     [({"phase": "Sleeping"}, "phase"), ({"sort_by": "name"}, "sort_by"), ({"order": "sideways"}, "order")],
 )
-def test_bad_parameters_are_refused_naming_them(catalog, api, browser, demo, params, field):
+def test_bad_parameters_are_refused_naming_them(catalog, api, site, demo, params, field):
     response = api.get(list_url(demo), params)
     assert response.status_code == 400
     error = response.json()
     assert error["error_msg"].startswith(f"{field}:") and field in error["errors"], error
-    page = browser.get("/", params)
+    page = site.get("/", params)
     assert page.status_code == 200  # the page says so above the (unfiltered by that value) list
     assert 'role="alert"' in page.content.decode() and f"{field}:" in page.content.decode()
 
 
-def test_the_form_shows_the_current_query(catalog, browser):
-    html = browser.get("/", {"phase": "Failed", "name": "bert", "sort_by": "duration", "order": "asc"}).content.decode()
+def test_the_form_shows_the_current_query(catalog, site):
+    html = site.get("/", {"phase": "Failed", "name": "bert", "sort_by": "duration", "order": "asc"}).content.decode()
     assert '<option value="Failed" selected>' in html
     assert 'name="name" id="filter-name" value="bert"' in html
     assert '<option value="duration" selected>' in html
@@ -149,22 +150,22 @@ def test_the_form_shows_the_current_query(catalog, browser):
 
 
 # -- pagination --------------------------------------------------------------------------------------------
-def test_page_pagination_keeps_the_query(demo, browser):
+def test_page_pagination_keeps_the_query(demo, site):
     jobs = {f"many-{i:02d}": finished_job(demo, f"many-{i:02d}", Phase.COMPLETED, 10 + i, i) for i in range(30)}
     finished_job(demo, "other", Phase.FAILED, 100, 1)
-    first = browser.get("/", {"phase": "Completed", "name": "many"}).content.decode()
+    first = site.get("/", {"phase": "Completed", "name": "many"}).content.decode()
     assert len(ROW.findall(first)) == PAGE_SIZE == 25
     assert page_names(first, jobs) == [f"many-{i:02d}" for i in range(29, 4, -1)]
     assert "Page 1 of 2" in first
     assert 'href="?phase=Completed&amp;name=many&amp;page=2"' in first
-    second = browser.get("/", {"phase": "Completed", "name": "many", "page": 2}).content.decode()
+    second = site.get("/", {"phase": "Completed", "name": "many", "page": 2}).content.decode()
     assert page_names(second, jobs) == [f"many-{i:02d}" for i in range(4, -1, -1)]
     assert 'href="?phase=Completed&amp;name=many&amp;page=1"' in second
     # Sorted ascending by duration, page 2 holds the longest.
-    longest = browser.get("/", {"name": "many", "sort_by": "duration", "order": "asc", "page": 2}).content.decode()
+    longest = site.get("/", {"name": "many", "sort_by": "duration", "order": "asc", "page": 2}).content.decode()
     assert page_names(longest, jobs) == [f"many-{i:02d}" for i in range(25, 30)]
     # A page past the end shows the last one.
-    assert page_names(browser.get("/", {"name": "many", "page": 99}).content.decode(), jobs) == page_names(second, jobs)
+    assert page_names(site.get("/", {"name": "many", "page": 99}).content.decode(), jobs) == page_names(second, jobs)
 
 
 def test_api_pagination(catalog, api, demo):
@@ -176,10 +177,10 @@ def test_api_pagination(catalog, api, demo):
 
 
 # -- htmx: one view, full page or the results only ------------------------------------------------------
-def test_htmx_request_gets_only_the_results(catalog, browser):
-    full = browser.get("/", {"phase": "Completed"}).content.decode()
+def test_htmx_request_gets_only_the_results(catalog, site):
+    full = site.get("/", {"phase": "Completed"}).content.decode()
     assert "<html" in full and 'id="job-filters"' in full and 'hx-target="#job-results"' in full
-    partial = browser.get("/", {"phase": "Completed"}, HTTP_HX_REQUEST="true").content.decode()
+    partial = site.get("/", {"phase": "Completed"}, HTTP_HX_REQUEST="true").content.decode()
     assert partial.lstrip().startswith('<div id="job-results">')
     assert "<html" not in partial and 'id="job-filters"' not in partial
     assert page_names(partial, catalog) == ["resnet-50", "bert-small"]
@@ -187,7 +188,7 @@ def test_htmx_request_gets_only_the_results(catalog, browser):
     assert 'ws-connect="/ws/jobs/?phase=Completed&amp;page=1"' in partial
 
 
-def test_rows_show_restart_counters(demo, browser):
+def test_rows_show_restart_counters(demo, site):
     ha = finished_job(
         demo,
         "ha-job",
@@ -203,7 +204,7 @@ def test_rows_show_restart_counters(demo, browser):
         reschedules_used=1,
     )
     plain = finished_job(demo, "plain-job", Phase.COMPLETED, 1, 30)
-    html = browser.get("/").content.decode()
+    html = site.get("/").content.decode()
     ha_row = row_html(html, ha)
     assert '<td class="num-restarts">2/5</td>' in ha_row
     assert '<td class="num-hang">1</td>' in ha_row

@@ -13,14 +13,14 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 from playwright.sync_api import expect
-from rest_framework.test import APIClient
 
 from jobs import storage
 from jobs.models import EventKind, Flavor, Model, ModelVersion, Phase, TaskRun, TrainingJob
 from jobs.runtime import logreading, outputs, reconcile
 from jobs.runtime.logs import log_path
 from tests.browser_page import log_in, shot
-from tests.helpers import api_log, submit_job, wait_for
+from tests.folders import bucket
+from tests.helpers import api_client, api_log, submit_job, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,12 +29,6 @@ WRITE_ARTIFACT = f"echo weights > {ARTIFACT_MOUNT}/model.bin; echo trained"
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
-def bucket(name: str):
-    path = storage.root() / name
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def reload(job: TrainingJob) -> TrainingJob:
     job.refresh_from_db()
     return job
@@ -44,14 +38,8 @@ def ended(job: TrainingJob) -> bool:
     return reload(job).phase in outputs.ENDED_PHASES
 
 
-def api(demo) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {demo.token}")
-    return client
-
-
 def api_job(demo, job: TrainingJob) -> dict:
-    response = api(demo).get(f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}")
+    response = api_client(demo.token).get(f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}")
     assert response.status_code == 200, response.content
     return response.json()
 

@@ -26,13 +26,12 @@ from rest_framework.test import APIClient
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from jobs import access
-from jobs.consumers import CLOSE_FORBIDDEN
 from jobs.models import DockerHost, Phase, ResourcePool, TrainingJob, Workspace
 from jobs.views.detail import TABS
 from tests.demo import make_demo
 from tests.helpers import flush_database, phase, settle_jobs, submit_job, wait_for
 from tests.permission_cast import api_as, api_body, create_form, grant, make_auditor, signed_in
-from tests.wsclient import connect
+from tests.wsclient import CLOSE_FORBIDDEN, connect
 
 # Every test rolls back; the cast's rows are committed once for the module (`made_cast`).
 pytestmark = [pytest.mark.django_db]

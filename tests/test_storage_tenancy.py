@@ -35,11 +35,9 @@ from jobs.models import (
 )
 from jobs.runtime import outputs
 from jobs.runtime.staging import StagingError, mounts_for, prepare_sources
-from tests.folders import snapshot
+from tests.folders import snapshot  # also records owners and link targets: a refusal changes none of those
 from tests.helpers import BUSYBOX, api_client, instance_of
 from tests.spec_io import BASE, DEDICATED, World, form_for, to_body
-
-# The host paths' snapshot() also records owners and link targets: a refusal changes none of those either.
 
 pytestmark = pytest.mark.django_db
 

@@ -9,10 +9,10 @@ import time
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from jobs.consumers import CLOSE_FORBIDDEN
 from jobs.models import Phase, TrainingJob
 from tests.helpers import job_container, phase, submit_job, wait_for
 from tests.wsclient import (
+    CLOSE_FORBIDDEN,
     HEADER_PHASE,
     closed_within,
     connect,

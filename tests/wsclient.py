@@ -35,6 +35,10 @@ def connect(uri: str, **kwargs: Any) -> ClientConnection:
 
 
 # -- the console's sockets ---------------------------------------------------------------------
+# The close code of a socket its user may not open (htmx's ws extension does not reconnect after
+# it, as it does after 1006): a literal here, not the app's constant, so that changing the app's
+# value fails the tests.
+CLOSE_FORBIDDEN = 4403
 HEADER_PHASE = re.compile(r'id="job-header".*?data-phase="([^"]+)"', re.S)
 LOG_LINE = re.compile(r'<div class="ln" data-n="(\d+)">([^<]*)</div>')
 
