@@ -13,7 +13,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from jobs.models import Phase, TaskRun, TrainingJob
-from tests.helpers import BUSYBOX, job_container, submit_job, wait_for
+from tests.helpers import BUSYBOX, api_client, job_container, submit_job, wait_for
 
 # Refusals create nothing and roll back; a test that creates a job runs it: the worker (transactional).
 pytestmark = [pytest.mark.django_db]
@@ -66,10 +66,7 @@ def body(name: str = "api-job", command: str | None = None, annotations: dict | 
 
 
 def client_for(token: str | None) -> APIClient:
-    client = APIClient()
-    if token:
-        client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-    return client
+    return api_client(token) if token else APIClient()
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from jobs.models import Phase, TrainingJob
 from jobs.runtime import cleanup
 from jobs.runtime.layout import LOCAL_CODE_STAGING
 from jobs.runtime.staging import job_data_dir
-from tests.helpers import BUSYBOX, submit_job, wait_for
+from tests.helpers import BUSYBOX, api_client, submit_job, wait_for
 from tests.pytest_env import TEST_LABEL
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
@@ -114,7 +114,6 @@ def test_a_job_deleted_before_its_release_leaves_no_key_network_or_volume(demo, 
     (the API's here; the admin's too: one signal), and the orphan scan removes its networks and
     volumes once they are as old as an unknown container must be (UNKNOWN_GRACE_S): a network
     left for good takes one of the engine's ~30 address pools."""
-    from rest_framework.test import APIClient
 
     from jobs.runtime import control, ssh
 
@@ -139,8 +138,7 @@ def test_a_job_deleted_before_its_release_leaves_no_key_network_or_volume(demo, 
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "left").write_text("x")
 
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {demo.token}")
+    api = api_client(demo.token)
     response = api.delete(f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}")
     assert response.status_code == 204, response.content
     assert [folder for folder in kept if folder.exists()] == [], "the deleted job's key and copies are gone"

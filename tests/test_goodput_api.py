@@ -11,12 +11,11 @@ import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
-from rest_framework.test import APIClient
 
 from faulttolerance.models import RecoveryRecord
 from jobs.goodput import as_dict, job_goodput
 from jobs.models import Attempt, Phase, TaskRun, TrainingJob
-from tests.helpers import PYTHON_IMAGE, submit_job, wait_for
+from tests.helpers import PYTHON_IMAGE, api_client, submit_job, wait_for
 
 pytestmark = [pytest.mark.django_db]
 
@@ -29,12 +28,6 @@ ROW_RE = re.compile(
     r'<td class="nowrap">([^<]*)</td>\s*<td class="nowrap time-lost">([^<]*)'
     r'(?:<div class="sub">work lost ([^<]*)</div>)?'
 )
-
-
-def api_client(demo) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {demo.token}")
-    return client
 
 
 def job_url(demo, job) -> str:
@@ -106,7 +99,7 @@ def ended_job_with_recoveries(demo) -> TrainingJob:
 
 def test_status_goodput_and_each_recovery_cost_match_the_tab(demo):
     job = ended_job_with_recoveries(demo)
-    api = api_client(demo)
+    api = api_client(demo.token)
     status = api.get(job_url(demo, job)).json()["status"]
     assert status["goodput"] == {
         "effective_training_ratio": 0.943,
@@ -134,7 +127,7 @@ def test_status_goodput_and_each_recovery_cost_match_the_tab(demo):
 def test_the_list_shows_the_same_goodput_and_a_job_that_never_ran_none(demo):
     job = ended_job_with_recoveries(demo)
     pending = submit_job(demo, name="never-ran")
-    api = api_client(demo)
+    api = api_client(demo.token)
     items = {i["metadata"]["id"]: i for i in api.get(f"/v2/{demo.workspace.project_id}/training-jobs").json()["items"]}
     assert items[str(job.id)]["status"]["goodput"] == api.get(job_url(demo, job)).json()["status"]["goodput"]
     assert items[str(job.id)]["status"]["goodput"]["lost_s"] == 57.0
@@ -146,7 +139,7 @@ def test_the_list_reads_every_job_s_recoveries_in_one_query(demo):
     """status.goodput needs each job's recovery records: prefetched for the page, so the list's
     queries do not grow with the records (tests/test_job_list_queries.py: nor with the jobs)."""
     job = ended_job_with_recoveries(demo)
-    api = api_client(demo)
+    api = api_client(demo.token)
     url = f"/v2/{demo.workspace.project_id}/training-jobs"
 
     def queries() -> int:
@@ -205,7 +198,7 @@ def test_a_killed_demo_job_shows_the_same_goodput_in_the_api_as_on_the_tab(demo,
     assert job.phase == Phase.COMPLETED, job.phase_reason
 
     good = job_goodput(job)
-    api = api_client(demo)
+    api = api_client(demo.token)
     status = api.get(job_url(demo, job)).json()["status"]
     assert status["goodput"] == as_dict(good)
     assert status["goodput"]["recoveries"] == 1 and 0 < status["goodput"]["effective_training_ratio"] < 1
@@ -236,7 +229,7 @@ def test_the_schema_declares_what_the_api_returns(demo):
     job = schema["paths"][v2]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
     goodput = job["properties"]["status"]["properties"]["goodput"]
     assert goodput["nullable"] is True and goodput["properties"]["effective_training_ratio"]["nullable"] is True
-    returned = api_client(demo).get(job_url(demo, ended_job_with_recoveries(demo))).json()
+    returned = api_client(demo.token).get(job_url(demo, ended_job_with_recoveries(demo))).json()
     assert set(goodput["properties"]) == set(goodput["required"]) == set(returned["status"]["goodput"])
     recoveries = schema["paths"][f"{v2}/recoveries"]["get"]["responses"]["200"]["content"]["application/json"]
     record = recoveries["schema"]["properties"]["items"]["items"]["properties"]

@@ -8,13 +8,12 @@ from django.conf import settings
 from django.core import mail
 from django.test import Client, override_settings
 from django.utils import translation
-from rest_framework.test import APIClient
 
 from console.language import SESSION_KEY, language_of_scope
 from jobs import stored_text
 from jobs.models import EventKind, JobEvent, TrainingJob, UserPreference
 from jobs.notify import Email
-from tests.helpers import BUSYBOX
+from tests.helpers import BUSYBOX, api_client
 
 pytestmark = pytest.mark.django_db
 
@@ -148,8 +147,7 @@ API_BODY = {
 @pytest.mark.parametrize("accept", ["zh-Hans", "zh-CN,zh;q=0.9"])
 def test_api_errors_follow_accept_language_under_the_same_keys(demo, accept):
     url = f"/v2/{demo.workspace.project_id}/training-jobs"
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {demo.token}")
+    api = api_client(demo.token)
     english = api.post(url, API_BODY, format="json").json()
     chinese = api.post(url, API_BODY, format="json", headers={"accept-language": accept}).json()
     assert set(chinese["errors"]) == set(english["errors"]) >= {"metadata.name"}
@@ -162,8 +160,7 @@ def test_api_errors_follow_accept_language_under_the_same_keys(demo, accept):
 
 def test_api_follows_the_request_not_the_token_owners_choice(demo):
     UserPreference.objects.create(user=demo.owner, language=ZH)
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {demo.token}")
+    api = api_client(demo.token)
     response = api.post(f"/v2/{demo.workspace.project_id}/training-jobs", API_BODY, format="json")
     assert response.json()["errors"]["metadata.name"][0].startswith("Name must be")
 

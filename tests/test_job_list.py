@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from jobs.models import Phase, TrainingJob
 from jobs.views.list import PAGE_SIZE
-from tests.helpers import BUSYBOX, submit_job, wait_for
+from tests.helpers import BUSYBOX, api_client, submit_job, wait_for
 from tests.wsclient import connect
 
 # Transactional only for the live tests (their `live_url` brings the worker): the rest read rows written here.
@@ -76,9 +76,7 @@ def site(demo) -> Client:
 
 @pytest.fixture
 def api(demo) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {demo.token}")
-    return client
+    return api_client(demo.token)
 
 
 def list_url(demo) -> str:
@@ -288,8 +286,7 @@ def test_list_socket_shows_live_phases_of_visible_jobs_only(demo, live_url):
             assert ROW.findall(message) == [(str(shared.id), "Completed")]
 
         # Deleting a job (API) takes its row off the lists that showed it.
-        api = APIClient()
-        api.credentials(HTTP_AUTHORIZATION=f"Token {demo.token}")
+        api = api_client(demo.token)
         assert api.delete(f"{list_url(demo)}/{shared.id}").status_code == 204
         for ws in (owner_ws, member_ws):
             message = ws.recv(timeout=10)

@@ -14,7 +14,6 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
-from rest_framework.test import APIClient
 
 from faulttolerance.models import RecoveryRecord
 from jobs.models import (
@@ -34,6 +33,7 @@ from jobs.models import (
     Workspace,
 )
 from jobs.views.list import PAGE_SIZE
+from tests.helpers import api_client
 
 pytestmark = [pytest.mark.django_db]
 
@@ -160,8 +160,7 @@ def page_queries(w: World, qs: str) -> tuple[int, int]:
 
 
 def api_queries(w: World, qs: str) -> tuple[int, int]:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {w.token}")
+    client = api_client(w.token)
     with CaptureQueriesContext(connection) as captured:
         response = client.get(f"/v2/{w.workspace.project_id}/training-jobs?" + qs)
     assert response.status_code == 200, response.content[:500]
@@ -194,8 +193,7 @@ def test_api_list_names_the_version_a_pending_publish_will_create(world):
     """The list reads the model's latest version from its query's annotation; the detail view asks
     the model: both say the same (V3 after V1 and V2), and a published job names its version."""
     add_jobs(world, 4)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {world.token}")
+    client = api_client(world.token)
     base = f"/v2/{world.workspace.project_id}/training-jobs"
     items = client.get(base).json()["items"]
     assert items

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from jobs.models import Attempt, TaskRun
 from jobs.runtime.metrics import parse
-from tests.helpers import PYTHON_IMAGE, submit_job, wait_for
+from tests.helpers import PYTHON_IMAGE, api_client, submit_job, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 
@@ -59,9 +59,7 @@ def scraped(demo, job, timeout: float = 30) -> dict:
 
 
 def api(demo) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {demo.token}")
-    return client
+    return api_client(demo.token)
 
 
 def owner(demo) -> Client:

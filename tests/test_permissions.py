@@ -29,7 +29,7 @@ from jobs import access
 from jobs.models import DockerHost, Phase, ResourcePool, TrainingJob, Workspace
 from jobs.views.detail import TABS
 from tests.demo import make_demo
-from tests.helpers import flush_database, phase, settle_jobs, submit_job, wait_for
+from tests.helpers import api_client, flush_database, phase, settle_jobs, submit_job, wait_for
 from tests.permission_cast import api_as, api_body, create_form, grant, make_auditor, signed_in
 from tests.wsclient import CLOSE_FORBIDDEN, connect
 
@@ -295,9 +295,7 @@ def test_api_anonymous_and_bad_token_are_refused(cast):
 
 
 def _with_token(key: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
-    return client
+    return api_client(key)
 
 
 def test_api_session_auth_for_the_browser_with_csrf(cast):

@@ -32,7 +32,7 @@ from jobs.models import (
     ResourcePool,
     TrainingJob,
 )
-from tests.helpers import BUSYBOX
+from tests.helpers import BUSYBOX, api_client
 from tests.spec_cases import ACCEPTED, PUBLISH_NEW, REFUSED, Case, env, tags
 from tests.spec_io import (
     BASE,
@@ -140,9 +140,7 @@ def world(demo, settings, obs_root) -> World:
 
 @pytest.fixture
 def api(demo) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {demo.token}")
-    return client
+    return api_client(demo.token)
 
 
 @pytest.mark.parametrize("case", [c.param() for c in REFUSED])

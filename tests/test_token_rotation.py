@@ -9,16 +9,15 @@ import re
 import pytest
 from django.test import Client
 from rest_framework.authtoken.models import Token
-from rest_framework.test import APIClient
+
+from tests.helpers import api_client
 
 pytestmark = pytest.mark.django_db
 PAGE = "/account/token/"
 
 
 def api_status(demo, key: str) -> int:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
-    return client.get(f"/v2/{demo.workspace.project_id}/training-jobs").status_code
+    return api_client(key).get(f"/v2/{demo.workspace.project_id}/training-jobs").status_code
 
 
 def new_key_in(html: str) -> str:

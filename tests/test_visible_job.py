@@ -8,11 +8,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser, Permission
 from rest_framework.authtoken.models import Token
-from rest_framework.test import APIClient
 
 from jobs import access
 from jobs.models import Workspace
-from tests.helpers import submit_job
+from tests.helpers import api_client, submit_job
 
 pytestmark = pytest.mark.django_db
 
@@ -91,8 +90,7 @@ def test_a_job_is_found_through_its_own_project_only(cast):
     both, shared = users["member of both"], jobs["shared"]
     assert access.visible_job(both, workspace__project_id=team.project_id, id=shared.id) == shared
     assert access.visible_job(both, workspace__project_id=elsewhere.project_id, id=shared.id) is None
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=both).key}")
+    client = api_client(Token.objects.create(user=both).key)
     assert client.get(f"/v2/{team.project_id}/training-jobs/{shared.id}").status_code == 200
     for project in (elsewhere.project_id, "no-such-project"):
         wrong = client.get(f"/v2/{project}/training-jobs/{shared.id}")

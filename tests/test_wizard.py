@@ -14,7 +14,7 @@ from django.test import Client
 from jobs import wizard
 from jobs.forms import JobCreateForm
 from jobs.models import PresetTemplate, ResourcePool, TrainingJob
-from tests.helpers import BUSYBOX
+from tests.helpers import BUSYBOX, api_client
 
 # A test that submits a job has the worker (transactional: it settles the jobs it starts); the rest roll back.
 pytestmark = [pytest.mark.django_db]
@@ -255,7 +255,6 @@ def test_env_file_read_stops_one_byte_past_the_cap():
 
 
 def test_review_shows_the_configuration_and_a_body_the_api_accepts(demo, owner_client):
-    from rest_framework.test import APIClient
 
     pool = ResourcePool.objects.create(name="dedi", kind="dedicated", node_cpus=8, node_memory_gb=32)
     data = base_data(
@@ -281,9 +280,7 @@ def test_review_shows_the_configuration_and_a_body_the_api_accepts(demo, owner_c
     body = json.loads(html_unescape(re.search(r'<pre class="cmd" id="rest-body-json">(.*?)</pre>', html, re.S)[1]))
     assert body["metadata"]["annotations"]["fault-tolerance/job-retry-num"] == "5"
     assert body["algorithm"]["environments"] == [{"name": "SECRET", "value": "s3", "sensitive": True}]
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {demo.token}")
-    created = api.post(f"/v2/{demo.workspace.project_id}/training-jobs", body, format="json")
+    created = api_client(demo.token).post(f"/v2/{demo.workspace.project_id}/training-jobs", body, format="json")
     assert created.status_code == 201, created.json()
     job = TrainingJob.objects.get(id=created.json()["metadata"]["id"])
     assert (job.pool, job.custom_cpus, job.max_restarts, job.hang_restart, job.tags) == (
