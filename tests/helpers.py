@@ -1,6 +1,7 @@
 """What the tests do with the real system: submit a job the way the form and the API do, wait for
 the system (never sleep), settle every job after a test, find a job's container and instance, make
-the worker die or pause at a point, and remove what this session left in Docker (by its label)."""
+the worker die or pause at a point, and remove what this session left in Docker (by its label);
+read a job's phase and end, make unsaved rows and a dedicated pool, call the API with a token."""
 
 from __future__ import annotations
 
