@@ -8,7 +8,6 @@ import math
 
 import pytest
 from django.test import Client
-from rest_framework.test import APIClient
 
 from jobs.models import Attempt, TaskRun
 from jobs.runtime.metrics import parse
@@ -52,14 +51,10 @@ def scraped(demo, job, timeout: float = 30) -> dict:
     """The metrics API's answer once the first instance was scraped successfully."""
 
     def answer():
-        body = api(demo).get(f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}/metrics").json()
+        body = api_client(demo.token).get(f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}/metrics").json()
         return body if body["items"] and body["items"][0]["ok"] else None
 
     return wait_for(answer, timeout=timeout, message="a successful scrape")
-
-
-def api(demo) -> APIClient:
-    return api_client(demo.token)
 
 
 def owner(demo) -> Client:
@@ -121,7 +116,9 @@ def test_a_failing_scrape_says_why_and_a_job_without_metrics_has_no_tab(demo):
         demo, name="broken", command="sleep 60", metrics_mode="command", metrics_command="cat", metrics_args="/nope"
     )
     running(job)
-    item = api(demo).get(f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}/metrics").json()["items"][0]
+    item = (
+        api_client(demo.token).get(f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}/metrics").json()["items"][0]
+    )
     # Why: cat's own message, or, when the engine lost the output of an exec that ended at once
     # (moby/moby#27289: a full run got an empty stderr, 2026-12-03), its exit code.
     assert item["ok"] is False and "The metrics command 'cat' failed: " in item["error"]
@@ -133,7 +130,7 @@ def test_a_failing_scrape_says_why_and_a_job_without_metrics_has_no_tab(demo):
     plain = submit_job(demo, name="plain", command="sleep 60")
     assert owner(demo).get(f"/jobs/{plain.id}/?tab=metrics").status_code == 404
     assert 'href="?tab=metrics"' not in owner(demo).get(f"/jobs/{plain.id}/").content.decode()
-    response = api(demo).get(f"/v2/{demo.workspace.project_id}/training-jobs/{plain.id}/metrics")
+    response = api_client(demo.token).get(f"/v2/{demo.workspace.project_id}/training-jobs/{plain.id}/metrics")
     assert response.status_code == 404 and "exposes no Prometheus metrics" in response.json()["error_msg"]
 
 

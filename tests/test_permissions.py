@@ -286,16 +286,12 @@ def test_api_routes(cast, role):
 
 def test_api_anonymous_and_bad_token_are_refused(cast):
     job = cast.jobs["shared"]
-    for client in (APIClient(), _with_token("not-a-token")):
+    for client in (APIClient(), api_client("not-a-token")):
         for path in (project(cast), f"{project(cast)}/{job.id}", f"{project(cast)}/{job.id}/events"):
             assert client.get(path).status_code in (401, 403), path
         assert client.post(project(cast), api_body("anon"), format="json").status_code in (401, 403)
         assert client.delete(f"{project(cast)}/{job.id}").status_code in (401, 403)
     assert TrainingJob.objects.filter(id=job.id).exists()
-
-
-def _with_token(key: str) -> APIClient:
-    return api_client(key)
 
 
 def test_api_session_auth_for_the_browser_with_csrf(cast):
