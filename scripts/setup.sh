@@ -26,7 +26,8 @@ ensure_notebook_image
 if [[ -n $test_deps ]]; then
   ensure_postgres
   ensure_redis
-  ensure_apt chromium  # Playwright drives Debian's Chromium; `playwright install` cannot download here
+  # Playwright drives Debian's Chromium headless shell; `playwright install` cannot download here.
+  ensure_apt chromium-headless-shell
   # A CJK font for the Chinese pages' screenshots (tests/test_browser_i18n.py), and gettext, whose
   # xgettext/msgfmt check that the translation catalogs match the code (tests/test_i18n_catalog.py).
   ensure_apt fonts-wqy-microhei gettext

@@ -11,7 +11,10 @@ from pathlib import Path
 
 from playwright.sync_api import Page, expect
 
-CHROMIUM = "/usr/lib/chromium/chromium"
+# Debian's Chromium headless shell: the same Blink and V8 as the full browser, without its window
+# system. Playwright's own default for headless pages; the full browser's new headless mode cost
+# twice its CPU over the suite (docs/decisions.md, stop 47).
+CHROMIUM = "/usr/lib/chromium/chromium-headless-shell"
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
