@@ -233,7 +233,8 @@ def live_url(daphne_server, worker) -> str:
 
 @pytest.fixture(scope="module")
 def browser():
-    """Chromium, once for each test module that drives pages (a launch is ~1 s of CPU)."""
+    """Chromium, once for each test module that drives pages (a launch of the headless shell is
+    ~0.1 s of CPU; the pages drawn are what costs)."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"Chromium is not installed at {CHROMIUM}")
     ARTIFACTS.mkdir(exist_ok=True)
