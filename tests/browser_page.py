@@ -11,10 +11,14 @@ from pathlib import Path
 
 from playwright.sync_api import Page, expect
 
-# Debian's Chromium headless shell: the same Blink and V8 as the full browser, without its window
-# system. Playwright's own default for headless pages; the full browser's new headless mode cost
-# twice its CPU over the suite (docs/decisions.md, stop 47).
+# Debian's Chromium headless shell: the same Blink and V8 as the full browser, without the
+# browser's UI layer, and what Playwright itself launches for headless pages. Driven in the full
+# browser's new headless mode, Chromium took 2.1x the CPU over the suite (docs/decisions.md, stop 47).
 CHROMIUM = "/usr/lib/chromium/chromium-headless-shell"
+CHROMIUM_MISSING = (
+    f"Chromium's headless shell is not installed at {CHROMIUM} "
+    "(scripts/setup.sh --test installs it: apt-get install chromium-headless-shell)"
+)
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",

@@ -25,7 +25,7 @@ from django.conf import settings
 from playwright.sync_api import sync_playwright
 
 from console.worker_argv import worker_argv
-from tests.browser_page import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, page_maker
+from tests.browser_page import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, CHROMIUM_MISSING, page_maker
 from tests.demo import make_demo
 from tests.helpers import BUSYBOX, remove_test_containers, settle_jobs
 from tests.processes import ManagedProcess, answers, free_port
@@ -233,10 +233,10 @@ def live_url(daphne_server, worker) -> str:
 
 @pytest.fixture(scope="module")
 def browser():
-    """Chromium, once for each test module that drives pages (a launch of the headless shell is
-    ~0.1 s of CPU; the pages drawn are what costs)."""
+    """Chromium, once for each test module that drives pages. A launch of the headless shell costs
+    ~0.1 s of CPU; what a browser test costs is drawing its pages."""
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"Chromium is not installed at {CHROMIUM}")
+        pytest.skip(CHROMIUM_MISSING)
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser_page import CHROMIUM, CHROMIUM_ARGS
+from tests.browser_page import CHROMIUM, CHROMIUM_ARGS, CHROMIUM_MISSING
 from tests.folders import BROWSE, browse
 from tests.helpers import wait_for
 
@@ -23,7 +23,7 @@ def chromium_page(daphne_server):
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"Chromium is not installed at {CHROMIUM}")
+        pytest.skip(CHROMIUM_MISSING)
     daphne_server.ensure_running()
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
