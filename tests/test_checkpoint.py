@@ -15,7 +15,7 @@ import pytest
 from jobs.models import Phase, TaskRun, TrainingJob
 from jobs.runtime import stop
 from jobs.runtime.logs import read_lines
-from tests.helpers import PYTHON_IMAGE, ended, submit_job, wait_for
+from tests.helpers import PYTHON_IMAGE, ended, log_texts, submit_job, wait_for
 from tests.pytest_env import TEST_LABEL
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -47,11 +47,6 @@ def make_job(demo, **fields) -> TrainingJob:
     return submit_job(demo, **(dict(name="ckpt", image=PYTHON_IMAGE) | fields))
 
 
-def texts(task_run: TaskRun) -> list[str]:
-    task_run.refresh_from_db()
-    return [line.text for line in read_lines(task_run)]
-
-
 def steps(pattern: re.Pattern, lines: list[str]) -> list[int]:
     return [int(m.group(1)) for line in lines if (m := pattern.match(line))]
 
@@ -70,7 +65,7 @@ def test_a_killed_container_resumes_from_its_last_checkpoint(demo, worker, docke
     # Kill once the persisted log shows two checkpoints past step 0 and then a few more
     # steps: between checkpoints, so that some work is lost (and the kill cannot fall
     # between a checkpoint's rename and its log line).
-    wait_for(lambda: max(steps(PROGRESS_RE, texts(first)), default=0) >= 2 * EVERY + 3, message="progress")
+    wait_for(lambda: max(steps(PROGRESS_RE, log_texts(first)), default=0) >= 2 * EVERY + 3, message="progress")
     docker_client.containers.get(first.container_id).kill()  # SIGKILL from outside: a real fault
 
     wait_for(lambda: ended(job), timeout=60, message="the job to end")
@@ -80,13 +75,13 @@ def test_a_killed_container_resumes_from_its_last_checkpoint(demo, worker, docke
     killed, resumed = (a.task_runs.get() for a in attempts)
     assert killed.exit_code == 137 and not killed.oom_killed
 
-    before = texts(killed)
+    before = log_texts(killed)
     saved = steps(SAVED_RE, before)
     assert "[checkpoint] no checkpoint, starting from step 0" in before
     assert saved and saved[-1] >= 2 * EVERY and saved[-1] < STEPS, before[-5:]
     assert not any(DONE_RE.match(line) for line in before)
 
-    after = texts(resumed)
+    after = log_texts(resumed)
     assert steps(RESUMED_RE, after) == [saved[-1]], after[:10]  # the last checkpoint before the kill, not 0
     assert steps(PROGRESS_RE, after)[0] == saved[-1] + 1
     done = [m for line in after if (m := DONE_RE.match(line))]
