@@ -29,7 +29,7 @@ from jobs.models import TaskRun
 from jobs.proxy import tickets
 from jobs.proxy.http import forwarded_cookie, set_cookie_for_browser
 from jobs.proxy.origins import APPS, Target, origin, target_of
-from tests.helpers import PYTHON_IMAGE, running_instance, submit_job, wait_for
+from tests.helpers import PYTHON_IMAGE, log_texts, running_instance, submit_job, wait_for
 
 CGI = r"""#!/bin/sh
 printf 'Content-Type: text/plain\r\n'
@@ -150,10 +150,7 @@ def app_job(demo, worker, live_url):
 
 
 def _log(run: TaskRun) -> str:
-    from jobs.runtime.logs import read_lines
-
-    run.refresh_from_db()
-    return "\n".join(line.text for line in read_lines(run))
+    return "\n".join(log_texts(run))
 
 
 def test_the_hand_over_then_the_app_through_the_console(demo, app_job, live_url):

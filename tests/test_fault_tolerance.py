@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from jobs.models import DockerHost, EventKind, Flavor, Phase, TaskRun, TrainingJob
 from jobs.runtime import stop
-from tests.helpers import ended, submit_job, wait_for, worker_pausing_at
+from tests.helpers import ended, log_texts, submit_job, wait_for, worker_pausing_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,10 +40,9 @@ def test_transient_failure_restarts_the_process_in_the_same_container(demo, work
     assert (record.failure_class, record.level, record.restart) == ("transient", "process", True)
     assert any("NCCL" in line for line in record.matched_lines)
     assert job.restarts_used == 1
-    from jobs.runtime.logs import read_lines
 
-    assert [line.text for line in read_lines(second)][-1] == "recovered in attempt 2"
-    assert not any("recovered" in line.text for line in read_lines(first))
+    assert log_texts(second)[-1] == "recovered in attempt 2"
+    assert not any("recovered" in text for text in log_texts(first))
 
 
 def test_a_decision_slower_than_a_heartbeat_leaves_the_run_to_its_one_follower(demo, worker, monkeypatch):
@@ -54,8 +53,6 @@ def test_a_decision_slower_than_a_heartbeat_leaves_the_run_to_its_one_follower(d
     lines too, for the container's whole life. Here reading the failure's evidence is made slow in
     the real worker (a pause point), for the follower's decision and reconcile's alike."""
     from django.conf import settings
-
-    from jobs.runtime.logs import read_lines
 
     command = (
         'if [ "$MA_ATTEMPT" = 1 ]; then echo "NCCL watchdog: collective operation timeout"; exit 1; fi; '
@@ -68,11 +65,11 @@ def test_a_decision_slower_than_a_heartbeat_leaves_the_run_to_its_one_follower(d
     assert job.phase == Phase.COMPLETED, job.phase_reason
     first, second = [a.task_runs.get() for a in job.attempts.order_by("number")]
     assert second.attempt.level == "process" and second.container_id == first.container_id
-    first_lines = [line.text for line in read_lines(first)]
+    first_lines = log_texts(first)
     assert "NCCL watchdog: collective operation timeout" in first_lines
     assert first_lines[-1].startswith("[console] process exited with code 1"), first_lines
     assert not any("attempt 2" in text for text in first_lines), first_lines
-    second_lines = [line.text for line in read_lines(second)]
+    second_lines = log_texts(second)
     assert [t for t in second_lines if t.startswith("attempt 2")] == [f"attempt 2 line {i}" for i in (1, 2, 3)]
 
 
@@ -175,9 +172,8 @@ def test_failed_environment_check_isolates_the_host_and_waits_for_the_operator(d
     assert job.events.filter(kind=EventKind.HOST_ISOLATED).exists()
     assert job.events.filter(kind=EventKind.ENV_CHECK_FAILED).exists()
     first = job.attempts.get().task_runs.get()
-    from jobs.runtime.logs import read_lines
 
-    assert "[env-check] error,exiting" in [line.text for line in read_lines(first)]
+    assert "[env-check] error,exiting" in log_texts(first)
 
     # The operator fixes the host and clears the isolation with the admin's action.
     demo.pool.check_cache_gb = 0.5

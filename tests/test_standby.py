@@ -13,7 +13,7 @@ import pytest
 from jobs.models import Attempt, Phase, TaskRun
 from jobs.runtime import cleanup, docker_hosts, engine, staging, standby, stop
 from tests.folders import host_dir
-from tests.helpers import BUSYBOX, dedicated_pool, ended, submit_job, unsaved, wait_for
+from tests.helpers import BUSYBOX, dedicated_pool, ended, log_texts, submit_job, unsaved, wait_for
 from tests.pytest_env import TMP
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -132,9 +132,8 @@ def test_a_container_level_restart_starts_the_standby_and_the_end_removes_the_ne
 
     second = wait_for(lambda: job.attempts.filter(number=2, state=Attempt.State.RUNNING).first(), message="attempt 2")
     assert second.task_runs.get().container_id == waiting.id  # the armed standby went on, no new container
-    from jobs.runtime.logs import read_lines
 
-    wait_for(lambda: "attempt 2" in [line.text for line in read_lines(second.task_runs.get())], message="its line")
+    wait_for(lambda: "attempt 2" in log_texts(second.task_runs.get()), message="its line")
     created_standby(docker_client, job, 3)  # and the one after it is made while attempt 2 runs
 
     terminated(job)
@@ -366,7 +365,6 @@ def test_a_source_folder_replaced_while_the_job_ran_is_what_the_restart_mounts(d
     a new one in its place after its standby was armed, which holds the old folder. The restarted
     job must see the folder now at that path, so the take-over refuses the standby. (Kept as it
     was, the same mounts, and the armed standby is the restart's container.)"""
-    from jobs.runtime.logs import read_lines
 
     change = (
         "mv /mnt/s/team/data /mnt/s/team/old-$$ && mkdir /mnt/s/team/data && echo new >/mnt/s/team/data/which"
@@ -384,8 +382,8 @@ def test_a_source_folder_replaced_while_the_job_ran_is_what_the_restart_mounts(d
 
     second = wait_for(lambda: job.attempts.filter(number=2, state=Attempt.State.RUNNING).first(), message="attempt 2")
 
-    def seen() -> list[str]:  # read_lines reads what the task run's row says was persisted: read it again
-        return [line.text for line in read_lines(second.task_runs.get())]
+    def seen() -> list[str]:  # a fresh row: what it says was persisted
+        return log_texts(second.task_runs.get())
 
     wait_for(lambda: any(text.startswith("attempt 2 sees") for text in seen()), message="its line")
     assert "attempt 2 sees new" in seen()

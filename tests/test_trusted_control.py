@@ -16,8 +16,7 @@ from django.utils import timezone
 from jobs.models import Attempt, DockerHost, EventKind, Phase, TaskRun, TrainingJob
 from jobs.runtime import docker_hosts, reconcile, start
 from jobs.runtime import stop as stopping
-from jobs.runtime.logs import read_lines
-from tests.helpers import BUSYBOX, submit_job, wait_for, worker_dying_at
+from tests.helpers import BUSYBOX, log_texts, submit_job, wait_for, worker_dying_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,7 +30,7 @@ def texts(job: TrainingJob, attempt: int = 1, index: int = 0) -> list[str]:
     run = (
         TaskRun.objects.select_related("attempt").filter(attempt__job=job, attempt__number=attempt, index=index).first()
     )
-    return [line.text for line in read_lines(run)] if run else []
+    return log_texts(run) if run else []
 
 
 def stop(job: TrainingJob) -> None:

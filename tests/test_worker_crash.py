@@ -7,7 +7,7 @@ import pytest
 
 from jobs.models import Attempt, Phase, TaskRun, TrainingJob
 from jobs.runtime.logs import read_lines
-from tests.helpers import phase, submit_job, wait_for
+from tests.helpers import log_texts, phase, submit_job, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 
@@ -101,8 +101,8 @@ def test_container_killed_while_no_worker_runs_is_still_restarted(demo, worker, 
     first, second = task_run(job, 1), task_run(job, 2)
     assert (first.exit_code, second.exit_code) == (137, 0)
     assert first.container_id != second.container_id
-    assert user_lines(line.text for line in read_lines(second)) == ["attempt 2", "finished"]
-    first_lines = [line.text for line in read_lines(first)]
+    assert user_lines(log_texts(second)) == ["attempt 2", "finished"]
+    first_lines = log_texts(first)
     assert user_lines(first_lines)[0] == "attempt 1" and set(user_lines(first_lines)[1:]) == {"tick"}
     # What the container wrote up to its kill, even unfollowed, is in the persisted log.
     assert first_lines == written
