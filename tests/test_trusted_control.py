@@ -27,9 +27,7 @@ def reload(job: TrainingJob) -> TrainingJob:
 
 
 def texts(job: TrainingJob, attempt: int = 1, index: int = 0) -> list[str]:
-    run = (
-        TaskRun.objects.select_related("attempt").filter(attempt__job=job, attempt__number=attempt, index=index).first()
-    )
+    run = TaskRun.objects.filter(attempt__job=job, attempt__number=attempt, index=index).first()
     return log_texts(run) if run else []
 
 
