@@ -1,7 +1,7 @@
 """What the tests do with the real system: submit a job the way the form and the API do, wait for
 the system (never sleep), settle every job after a test, find a job's container and instance, make
 the worker die or pause at a point, and remove what this session left in Docker (by its label);
-read a job's phase and end, make unsaved rows and a dedicated pool, call the API with a token."""
+read a row again, a job's phase and end, make unsaved rows and a dedicated pool, call the API with a token."""
 
 from __future__ import annotations
 
@@ -189,10 +189,15 @@ def submit_job(demo, **fields):
 
 
 # -- a job's state and rows ----------------------------------------------------------------------
+def reload(row):
+    """The row (a job, a task run), read again from the database: for wait_for's lambdas."""
+    row.refresh_from_db()
+    return row
+
+
 def phase(job) -> str:
     """The job's phase as the database has it now."""
-    job.refresh_from_db()
-    return job.phase
+    return reload(job).phase
 
 
 def ended(job) -> bool:

@@ -15,7 +15,7 @@ import pytest
 from jobs.models import Phase, TaskRun, TrainingJob
 from jobs.runtime import stop
 from jobs.runtime.logs import read_lines
-from tests.helpers import PYTHON_IMAGE, ended, log_texts, submit_job, wait_for
+from tests.helpers import PYTHON_IMAGE, ended, log_texts, reload, submit_job, wait_for
 from tests.pytest_env import TEST_LABEL
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -66,8 +66,7 @@ def test_a_killed_container_resumes_from_its_last_checkpoint(demo, worker, docke
     # steps: between checkpoints, so that some work is lost (and the kill cannot fall
     # between a checkpoint's rename and its log line).
     wait_for(lambda: max(steps(PROGRESS_RE, log_texts(first)), default=0) >= 2 * EVERY + 3, message="progress")
-    first.refresh_from_db()
-    seen_before_kill = first.log_lines  # persisted, so stamped, before the kill was sent
+    seen_before_kill = reload(first).log_lines  # persisted, so stamped, before the kill was sent
     docker_client.containers.get(first.container_id).kill()  # SIGKILL from outside: a real fault
 
     wait_for(lambda: ended(job), timeout=60, message="the job to end")

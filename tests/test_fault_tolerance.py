@@ -7,18 +7,13 @@ from django.utils import timezone
 
 from jobs.models import DockerHost, EventKind, Flavor, Phase, TaskRun, TrainingJob
 from jobs.runtime import stop
-from tests.helpers import ended, log_texts, submit_job, wait_for, worker_pausing_at
+from tests.helpers import ended, log_texts, reload, submit_job, wait_for, worker_pausing_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def make_job(demo, **fields) -> TrainingJob:
     return submit_job(demo, **(dict(name="ft") | fields))
-
-
-def reload(job) -> TrainingJob:
-    job.refresh_from_db()
-    return job
 
 
 def test_transient_failure_restarts_the_process_in_the_same_container(demo, worker):

@@ -20,7 +20,7 @@ from jobs.runtime import logreading, outputs, reconcile
 from jobs.runtime.logs import log_path
 from tests.browser_page import log_in, shot
 from tests.folders import bucket
-from tests.helpers import api_client, api_log, submit_job, wait_for
+from tests.helpers import api_client, api_log, reload, submit_job, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,12 +29,8 @@ WRITE_ARTIFACT = f"echo weights > {ARTIFACT_MOUNT}/model.bin; echo trained"
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
-def reload(job: TrainingJob) -> TrainingJob:
-    job.refresh_from_db()
-    return job
-
-
 def ended(job: TrainingJob) -> bool:
+    """Ended as outputs.py counts it: final, or retained (helpers.ended: final only)."""
     return reload(job).phase in outputs.ENDED_PHASES
 
 

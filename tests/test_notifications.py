@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 
 from jobs.models import EventKind, JobEvent, Notification, Phase, TrainingJob
 from jobs.runtime import stop
-from tests.helpers import BUSYBOX, ended, job_container, submit_job, wait_for
+from tests.helpers import BUSYBOX, ended, job_container, reload, submit_job, wait_for
 
 # A test that submits a job has the worker (transactional); the validation cases roll back.
 pytestmark = [pytest.mark.django_db]
@@ -87,11 +87,6 @@ def receivers():
 # -- helpers -------------------------------------------------------------------------------------
 def make_job(demo, **fields) -> TrainingJob:
     return submit_job(demo, **(dict(name="notify") | fields))
-
-
-def reload(job) -> TrainingJob:
-    job.refresh_from_db()
-    return job
 
 
 def settled_notifications(job) -> list[Notification]:

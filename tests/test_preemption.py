@@ -18,7 +18,7 @@ from jobs.models import Attempt, DockerHost, EventKind, Flavor, Phase, ResourceP
 from jobs.runtime import preemption, stop
 from jobs.runtime.placement import Request
 from jobs.runtime.preemption import Candidate, choose_victims, may_preempt
-from tests.helpers import submit_job, wait_for
+from tests.helpers import reload, submit_job, wait_for
 from tests.permission_cast import grant
 
 # -- choosing the victims, on model objects ------------------------------------------------------
@@ -171,11 +171,6 @@ class Pool:
 @pytest.fixture
 def pre(demo) -> Pool:
     return Pool(demo)
-
-
-def reload(job: TrainingJob) -> TrainingJob:
-    job.refresh_from_db()
-    return job
 
 
 def running(job: TrainingJob) -> bool:

@@ -27,7 +27,7 @@ from jobs.models import (
 )
 from jobs.runtime import reconcile, stop
 from jobs.runtime.placement import Request, place
-from tests.helpers import ended, submit_job, wait_for
+from tests.helpers import ended, reload, submit_job, wait_for
 
 # -- the placement function, on model objects ---------------------------------------------
 GPU_NODE = Resources(cpus=64, memory_gb=512, gpus=8)
@@ -223,11 +223,6 @@ def ded(demo):
 def dedicated_job(ded, **fields) -> TrainingJob:
     defaults = dict(name="ded-job", pool_type="dedicated", pool=ded.pool, flavor=ded.one, command="echo hi")
     return submit_job(ded.demo, **(defaults | fields))
-
-
-def reload(job: TrainingJob) -> TrainingJob:
-    job.refresh_from_db()
-    return job
 
 
 def hosts_of(job: TrainingJob) -> list[str]:

@@ -16,14 +16,9 @@ from django.utils import timezone
 from jobs.models import Attempt, DockerHost, EventKind, Phase, TaskRun, TrainingJob
 from jobs.runtime import docker_hosts, reconcile, start
 from jobs.runtime import stop as stopping
-from tests.helpers import BUSYBOX, log_texts, submit_job, wait_for, worker_dying_at
+from tests.helpers import BUSYBOX, log_texts, reload, submit_job, wait_for, worker_dying_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def reload(job: TrainingJob) -> TrainingJob:
-    job.refresh_from_db()
-    return job
 
 
 def texts(job: TrainingJob, attempt: int = 1, index: int = 0) -> list[str]:

@@ -255,7 +255,6 @@ def test_env_file_read_stops_one_byte_past_the_cap():
 
 
 def test_review_shows_the_configuration_and_a_body_the_api_accepts(demo, owner_client):
-
     pool = ResourcePool.objects.create(name="dedi", kind="dedicated", node_cpus=8, node_memory_gb=32)
     data = base_data(
         demo,
