@@ -64,11 +64,25 @@ def press_and_hold(page: Page, locator) -> None:
 
 
 def log_in(page: Page, username: str, password: str) -> None:
-    page.goto("/accounts/login/")
-    page.get_by_label("User name").fill(username)
-    page.get_by_label("Password").fill(password)
-    page.get_by_role("button", name="Log in").click()
-    expect(page.get_by_role("heading", name="Training jobs")).to_be_visible()
+    # The requests that failed say why a login did not land: a full run once ended on Chromium's
+    # error page with no POST in daphne's log (stop 48), and the plain timeout said nothing more.
+    failed: list[str] = []
+
+    def note(request) -> None:
+        failed.append(f"{request.method} {request.url}: {request.failure}")
+
+    page.on("requestfailed", note)
+    try:
+        page.goto("/accounts/login/")
+        page.get_by_label("User name").fill(username)
+        page.get_by_label("Password").fill(password)
+        page.get_by_role("button", name="Log in").click()
+        try:
+            expect(page.get_by_role("heading", name="Training jobs")).to_be_visible()
+        except AssertionError as exc:
+            raise AssertionError(f"{username} is not logged in: the page is {page.url}, failed: {failed}") from exc
+    finally:
+        page.remove_listener("requestfailed", note)
 
 
 def mark_document(page: Page) -> None:
