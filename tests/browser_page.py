@@ -65,7 +65,8 @@ def press_and_hold(page: Page, locator) -> None:
 
 def log_in(page: Page, username: str, password: str) -> None:
     # The requests that failed say why a login did not land: a full run once ended on Chromium's
-    # error page with no POST in daphne's log (stop 48), and the plain timeout said nothing more.
+    # error page with no POST in daphne's log (stop 48; net::ERR_NETWORK_CHANGED fits it, which is
+    # why the browser has a network of its own now: tests/browser_network.py).
     failed: list[str] = []
 
     def note(request) -> None:

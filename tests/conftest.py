@@ -6,7 +6,7 @@ The fixtures and the suite's hooks only; what tests import lives in modules of i
 conftest is not imported as a module): tests/helpers.py (submit, wait, settle), tests/demo.py
 (the demo's rows), tests/processes.py (processes the tests start and kill), and
 tests/second_engine.py (a second Docker engine), tests/browser_page.py (what drives a page in
-Chromium), tests/wsclient.py (websockets), tests/folders.py (the folders a job mounts),
+Chromium), tests/browser_network.py (the browser's own network), tests/wsclient.py (websockets), tests/folders.py (the folders a job mounts),
 tests/bounded_calls.py (engines that stop answering) and tests/permission_cast.py (callers and
 their rights)."""
 
@@ -25,6 +25,7 @@ from django.conf import settings
 from playwright.sync_api import sync_playwright
 
 from console.worker_argv import worker_argv
+from tests.browser_network import BrowserNetwork
 from tests.browser_page import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, CHROMIUM_MISSING, page_maker
 from tests.demo import make_demo
 from tests.helpers import BUSYBOX, remove_test_containers, settle_jobs
@@ -219,7 +220,7 @@ def daphne_server(django_db_setup):
         [daphne, "-b", "127.0.0.1", "-p", str(port), "--websocket_timeout", "-1", "console.asgi:application"],
         ready=lambda: answers(port),
     )
-    server.url = f"http://127.0.0.1:{port}"
+    server.port, server.url = port, f"http://127.0.0.1:{port}"
     server.start()
     yield server
     server.stop()
@@ -231,15 +232,30 @@ def live_url(daphne_server, worker) -> str:
     return daphne_server.url
 
 
-@pytest.fixture(scope="module")
-def browser():
-    """Chromium, once for each test module that drives pages. A launch of the headless shell costs
-    ~0.1 s of CPU; what a browser test costs is drawing its pages."""
+@pytest.fixture(scope="session")
+def browser_network(daphne_server):
+    """The browser's network namespace, with daphne's port forwarded into it: the Docker host's
+    bridges, made and removed by every multi-instance job, do not fail its requests there
+    (tests/browser_network.py)."""
     if not Path(CHROMIUM).exists():
         pytest.skip(CHROMIUM_MISSING)
+    network = BrowserNetwork([daphne_server.port])
+    try:
+        network.start()
+    except BaseException:
+        network.stop()  # what it made before the failure
+        raise
+    yield network
+    network.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(browser_network):
+    """Chromium, once for each test module that drives pages, in the session's browser network. A
+    launch of the headless shell costs ~0.1 s of CPU; what a browser test costs is drawing its pages."""
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=str(browser_network.chromium), args=CHROMIUM_ARGS)
         yield browser
         browser.close()
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser_page import CHROMIUM, CHROMIUM_ARGS, CHROMIUM_MISSING
 from tests.folders import BROWSE, browse
 from tests.helpers import wait_for
 
@@ -19,23 +18,17 @@ SHOTS = Path("/tmp/shots")
 
 
 @pytest.fixture
-def chromium_page(daphne_server):
-    from playwright.sync_api import sync_playwright
-
-    if not Path(CHROMIUM).exists():
-        pytest.skip(CHROMIUM_MISSING)
+def chromium_page(browser, daphne_server):
     daphne_server.ensure_running()
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(base_url=daphne_server.url, viewport={"width": 1280, "height": 860})
-        context.set_default_timeout(15_000)
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        yield page
-        browser.close()
-        assert errors == [], f"JavaScript errors: {errors}"
+    context = browser.new_context(base_url=daphne_server.url, viewport={"width": 1280, "height": 860})
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield page
+    context.close()
+    assert errors == [], f"JavaScript errors: {errors}"
 
 
 @pytest.fixture
