@@ -4,11 +4,11 @@ session carry the label console.test=<session> and are removed by label.
 
 The fixtures and the suite's hooks only; what tests import lives in modules of its own (a
 conftest is not imported as a module): tests/helpers.py (submit, wait, settle), tests/demo.py
-(the demo's rows), tests/processes.py (processes the tests start and kill), and
+(the demo's rows), tests/processes.py (processes the tests start and kill),
 tests/second_engine.py (a second Docker engine), tests/browser_page.py (what drives a page in
-Chromium), tests/browser_network.py (the browser's own network), tests/wsclient.py (websockets), tests/folders.py (the folders a job mounts),
-tests/bounded_calls.py (engines that stop answering) and tests/permission_cast.py (callers and
-their rights)."""
+Chromium), tests/browser_network.py (the browser's own network), tests/wsclient.py (websockets),
+tests/folders.py (the folders a job mounts), tests/bounded_calls.py (engines that stop answering)
+and tests/permission_cast.py (callers and their rights)."""
 
 from __future__ import annotations
 
