@@ -31,8 +31,8 @@ if [[ -n $test_deps ]]; then
   # A CJK font for the Chinese pages' screenshots (tests/test_browser_i18n.py), and gettext, whose
   # xgettext/msgfmt check that the translation catalogs match the code (tests/test_i18n_catalog.py).
   ensure_apt fonts-wqy-microhei gettext
-  # The tests' browser reaches daphne from a network namespace of its own through socat
-  # (tests/browser_network.py); ip, nsenter and setpriv come with the base system.
-  ensure_apt socat
+  # The tests' browser reaches daphne from a network namespace of its own (tests/browser_network.py):
+  # socat forwards, ip makes the namespace, sysctl turns its IPv6 off (nsenter, setpriv: util-linux).
+  ensure_apt socat iproute2 procps
 fi
 log "ok"

@@ -47,7 +47,8 @@ def _alive(pid: int) -> bool:
 
 def remove_stale_namespaces() -> None:
     """The namespaces of sessions that were killed before their end (a pid no longer running).
-    Their forwarders died with them (`--pdeathsig`); a namespace nothing runs in is only a name."""
+    Their listening forwarders died with them (`--pdeathsig`); a namespace nothing runs in is only
+    a name. (One whose pid a later process took is left to the session that gets that pid.)"""
     if not NETNS_DIR.is_dir():
         return
     for entry in NETNS_DIR.iterdir():
@@ -56,8 +57,15 @@ def remove_stale_namespaces() -> None:
             subprocess.run(["ip", "netns", "delete", entry.name], capture_output=True)
 
 
-def _listening(pid: int, port: int) -> bool:
-    """Whether the namespace of process `pid` has a TCP listener on 127.0.0.1:`port`."""
+def _listening(pid: int, port: int, netns: Path) -> bool:
+    """Whether process `pid` is in the namespace `netns` and that namespace has a TCP listener on
+    127.0.0.1:`port`. In the namespace first: before nsenter's setns the process is in the
+    machine's, where daphne itself listens on that port."""
+    try:
+        if os.stat(f"/proc/{pid}/ns/net").st_ino != os.stat(netns).st_ino:
+            return False
+    except FileNotFoundError:
+        return False
     wanted = f"0100007F:{port:04X}"
     try:
         rows = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
@@ -78,6 +86,8 @@ class BrowserNetwork:
 
     def start(self) -> None:
         remove_stale_namespaces()
+        # The name holds this session's pid: one left by an earlier, killed holder of the pid is stale.
+        subprocess.run(["ip", "netns", "delete", self.name], capture_output=True)
         _ip("netns", "add", self.name)
         # No IPv6: an interface's link-local address comes a second or two after it is up (duplicate
         # address detection), a change of the browser's network that failed its requests as above.
@@ -102,15 +112,23 @@ class BrowserNetwork:
 
     def _forward(self, port: int) -> None:
         """127.0.0.1:`port` inside the namespace to the same address outside, through a Unix socket.
-        `setpriv --pdeathsig`: a forwarder ends with its session, also when the session is killed."""
+        `setpriv --pdeathsig`: a listening forwarder ends with its session, also when the session is
+        killed (the child it forked for a connection ends when the connection does). A backlog of
+        128, not socat's 5: a page opens six connections at once, the test's fetch loops more.
+        Each is in `forwarders` before it starts, so that `stop` ends one that never got ready."""
         between = Path(TMP) / f"browser-{port}.sock"
         outside = ManagedProcess(
             f"browser-forward-{port}-outside",
-            [*ENDS_WITH_SESSION, "socat", f"UNIX-LISTEN:{between},fork,unlink-early", f"TCP:127.0.0.1:{port}"],
+            [
+                *ENDS_WITH_SESSION,
+                "socat",
+                f"UNIX-LISTEN:{between},fork,unlink-early,backlog=128",
+                f"TCP:127.0.0.1:{port}",
+            ],
             ready=between.exists,
         )
-        outside.start()
         self.forwarders.append(outside)
+        outside.start()
         inside = ManagedProcess(
             f"browser-forward-{port}-inside",
             [
@@ -118,13 +136,13 @@ class BrowserNetwork:
                 "nsenter",
                 f"--net={self.path}",
                 "socat",
-                f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr",
+                f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr,backlog=128",
                 f"UNIX-CONNECT:{between}",
             ],
         )
-        inside.ready = lambda: _listening(inside.proc.pid, port)  # nsenter execs socat: the same pid
-        inside.start()
+        inside.ready = lambda: _listening(inside.proc.pid, port, self.path)  # nsenter execs socat: one pid
         self.forwarders.append(inside)
+        inside.start()
 
     def stop(self) -> None:
         for forwarder in reversed(self.forwarders):
