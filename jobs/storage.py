@@ -44,6 +44,10 @@ class StorageError(Exception):
     """A path that is not an object storage folder/file, or one that does not exist."""
 
 
+class NotInStorage(StorageError):
+    """The path names nothing in object storage (read_stored)."""
+
+
 def root() -> Path:
     configured = getattr(settings, "OBJECT_STORAGE_ROOT", None) or os.environ.get("CONSOLE_OBJECT_STORAGE_ROOT")
     if configured:
@@ -314,50 +318,77 @@ def can_view(url: str) -> bool:
 
 
 def listdir(url: str) -> list[Entry]:
-    """The folders then files directly in folder `url` (ending in '/')."""
-    base = local_path(url)
-    if not base.is_dir():
-        raise StorageError(gettext("'%(url)s' does not exist in object storage.") % {"url": url})
+    """The folders then files directly in folder `url` (ending in '/'), listed through the resolved
+    folder opened without following links (as read_stored): a folder swapped for a link since
+    local_path looked is refused, not listed."""
+    path = local_path(url)
+    bucket = bucket_of(url)
+    base = _bucket_dir(bucket, url)
     prefix = url if url.endswith("/") else url + "/"
     out = []
-    with os.scandir(base) as it:
-        entries = list(it)
-    for entry in entries:
-        is_dir = entry.is_dir(follow_symlinks=False)
-        child = prefix + entry.name + ("/" if is_dir else "")
-        try:
-            size = 0 if is_dir else entry.stat(follow_symlinks=False).st_size
-        except FileNotFoundError:  # removed while we were listing
-            continue
-        out.append(
-            Entry(entry.name, child, is_dir, size, not is_dir and can_edit(child), not is_dir and can_view(child))
-        )
+    try:
+        # The entries are read while the folder is open: they are looked at relative to it.
+        with hostpaths.open_dir(base, path.relative_to(base)) as folder, os.scandir(folder) as it:
+            for entry in it:
+                is_dir = entry.is_dir(follow_symlinks=False)
+                child = prefix + entry.name + ("/" if is_dir else "")
+                try:
+                    size = 0 if is_dir else entry.stat(follow_symlinks=False).st_size
+                except FileNotFoundError:  # removed while we were listing
+                    continue
+                editable, viewable = not is_dir and can_edit(child), not is_dir and can_view(child)
+                out.append(Entry(entry.name, child, is_dir, size, editable, viewable))
+    except hostpaths.PathEscape as exc:
+        raise _escape(bucket, exc) from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise StorageError(gettext("'%(url)s' does not exist in object storage.") % {"url": url}) from None
     return sorted(out, key=lambda e: (not e.is_dir, e.name))
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """A file of object storage as the browser shows it: its size and time from the opened file,
+    and its bytes, or None when it is larger than MAX_TEXT_BYTES (then it was not read)."""
+
+    size: int
+    modified: float
+    data: bytes | None
+
+
+def read_stored(url: str) -> StoredFile:
+    """The file `url`, read through its resolved folder opened without following links: a folder or
+    the file itself swapped for a link since local_path looked is refused, not followed out of the
+    bucket; anything but a regular file is refused without waiting on it (a job's FIFO). At most
+    MAX_TEXT_BYTES are read, also of a file that grew past them since its size was taken."""
+    path = local_path(url)
+    bucket = bucket_of(url)
+    base = _bucket_dir(bucket, url)
+    if path == base:
+        raise StorageError(f"'{url}' is a folder.")
+    try:
+        with hostpaths.open_dir(base, path.parent.relative_to(base)) as folder:
+            with hostpaths.open_regular(folder, path.name) as f:
+                st = os.fstat(f.fileno())
+                data = f.read(MAX_TEXT_BYTES + 1) if st.st_size <= MAX_TEXT_BYTES else b""
+    except hostpaths.PathEscape as exc:
+        raise _escape(bucket, exc) from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise NotInStorage(gettext("'%(url)s' does not exist in object storage.") % {"url": url}) from None
+    size = max(st.st_size, len(data))
+    return StoredFile(size, st.st_mtime, data if size <= MAX_TEXT_BYTES else None)
 
 
 def read_text(url: str) -> str:
     if not can_view(url):
         suffixes = ", ".join(EDITABLE_SUFFIXES + VIEWABLE_SUFFIXES)
         raise StorageError(gettext("Only %(suffixes)s files can be viewed.") % {"suffixes": suffixes})
-    path = local_path(url)
-    if not path.is_file():
-        raise StorageError(gettext("'%(url)s' does not exist in object storage.") % {"url": url})
-    if path.stat().st_size > MAX_TEXT_BYTES:
-        raise StorageError(f"'{url}' is larger than {human_bytes(MAX_TEXT_BYTES)}: download it instead.")
-    # Read through the resolved folder opened without following links: a folder swapped for a
-    # link since local_path looked is refused, not followed out of the bucket.
-    bucket = bucket_of(url)
-    base = _bucket_dir(bucket, url)
     try:
-        with hostpaths.open_dir(base, path.parent.relative_to(base)) as folder:
-            data = hostpaths.read_file(folder, path.name, max_bytes=MAX_TEXT_BYTES)
-    except hostpaths.PathEscape as exc:
-        raise _escape(bucket, exc) from None
-    except FileNotFoundError:
-        raise StorageError(gettext("'%(url)s' does not exist in object storage.") % {"url": url}) from None
-    except hostpaths.TooLarge:
-        raise StorageError(f"'{url}' is larger than {human_bytes(MAX_TEXT_BYTES)}: download it instead.") from None
-    return data.decode("utf-8", errors="replace")
+        stored = read_stored(url)
+    except OSError as exc:  # not a regular file
+        raise StorageError(f"'{url}' cannot be read: {exc.strerror}.") from None
+    if stored.data is None:
+        raise StorageError(f"'{url}' is larger than {human_bytes(MAX_TEXT_BYTES)}: download it instead.")
+    return stored.data.decode("utf-8", errors="replace")
 
 
 def write_text(url: str, text: str) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import signal
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from django.urls import reverse
 from django.utils.html import escape
 
 from jobs import storage
+from jobs.runtime import hostpaths
 from tests.folders import BROWSE, browse
 
 SAVE = "/storage/save/"
@@ -306,6 +309,83 @@ def test_paths_leaving_the_root_are_refused(user_client, obs, tmp_path):
         response = user_client.post(SAVE, post, **HX)
         assert response.status_code == 400, path
     assert (secret / "passwd.txt").read_text() == "root:x:0:0\n" and sorted(os.listdir(secret)) == ["passwd.txt"]
+
+
+class StillWaiting(BaseException):
+    """Not an OSError (TimeoutError is one, and the view turns an OSError into a refusal)."""
+
+
+@contextmanager
+def no_longer_than(seconds: int):
+    """A request that would block forever (the browser used to open a job's FIFO and wait for a
+    writer) fails the test instead of hanging the suite."""
+
+    def expired(signum, frame):
+        raise StillWaiting(f"still waiting after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.django_db
+def test_a_fifo_a_job_made_is_refused_at_once(user_client, obs):
+    """A job writes its bucket: a FIFO named out.log is listed, and opening it is refused without
+    waiting for a writer (the request's thread and database connection would wait forever); so is
+    a save over one."""
+    os.mkfifo(obs / "b01/code/out.log")
+    os.mkfifo(obs / "b01/code/out.txt")
+    post = {"path": "obs://b01/code/out.txt", "text": "x", "version": "", "overwrite": "1"}
+    with no_longer_than(20):
+        listing = user_client.get(browse("obs://b01/code/")).content.decode()
+        response = user_client.get(browse("obs://b01/code/out.log"))
+        saved = user_client.post(SAVE, post, **HX)
+    assert 'data-name="out.log"' in listing
+    assert response.status_code == 400 and "is not a regular file" in response.content.decode()
+    assert saved.status_code == 400 and "is not a regular file" in saved.content.decode()
+
+
+@pytest.mark.django_db
+def test_a_folder_swapped_for_a_link_after_the_check_is_not_followed(user_client, obs, monkeypatch):
+    """The race a job can run against the browser, made to happen every time: after the last check
+    of a path (local_path, which resolves it) and before its folders are opened, the job swaps a
+    folder of its bucket for a link to another workspace's folder. The folders are opened without
+    following links, so the other folder is neither read, nor listed, nor written."""
+    other = obs / "data-1/code"
+    other.mkdir()
+    (other / "train.py").write_text("SECRET = 'of data-1'\n")
+    (other / "hidden.py").write_text("x\n")
+    sub, moved = obs / "b01/code/sub", obs / "b01/code/sub-moved"
+    (sub / "train.py").write_text("mine\n")
+    real, armed = hostpaths.open_dir, []
+
+    def swapped_then_opened(root, relative="", **options):
+        if armed:  # the swap, between the check and the open
+            armed.clear()
+            sub.rename(moved)
+            sub.symlink_to(other)
+        return real(root, relative, **options)
+
+    monkeypatch.setattr(hostpaths, "open_dir", swapped_then_opened)
+    post = {"path": "obs://b01/code/sub/train.py", "text": "owned\n", "version": "", "overwrite": "1"}
+    for request in (
+        lambda: user_client.get(browse("obs://b01/code/sub/train.py")),
+        lambda: user_client.get(browse("obs://b01/code/sub/")),
+        lambda: user_client.post(SAVE, post, **HX),
+    ):
+        armed.append(True)
+        response = request()
+        html = response.content.decode()
+        assert response.status_code == 400 and "is a symbolic link: the console never follows a link" in html
+        assert "SECRET" not in html and "hidden.py" not in html
+        sub.unlink()
+        moved.rename(sub)
+    assert (other / "train.py").read_text() == "SECRET = 'of data-1'\n"
+    assert sorted(os.listdir(other)) == ["hidden.py", "train.py"]
 
 
 def test_local_path_confines_to_the_root(settings, tmp_path):

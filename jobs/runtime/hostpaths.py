@@ -34,6 +34,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_COPY_DEPTH = 128  # a copied tree deeper than this is refused (each level holds two descriptors)
@@ -216,18 +217,27 @@ class TooLarge(OSError):
     """A file read with read_file(max_bytes=...) holds more than that."""
 
 
-def read_file(dir_fd: int, name: str, *, max_bytes: int | None = None) -> bytes:
-    """The bytes of regular file `name` in `dir_fd`; a link is refused (PathEscape), a file over
-    `max_bytes` too (TooLarge)."""
+def open_regular(dir_fd: int, name: str) -> BinaryIO:
+    """Regular file `name` in `dir_fd`, open for reading: a link is refused (PathEscape), and so is
+    anything else that is not a regular file, without waiting on it (O_NONBLOCK: a FIFO a job made
+    would block the reader until someone writes to it)."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise PathEscape(name) from None
         raise
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise OSError(errno.EINVAL, f"'{name}' is not a regular file")
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
+        raise OSError(errno.EINVAL, f"'{name}' is not a regular file")
+    return f
+
+
+def read_file(dir_fd: int, name: str, *, max_bytes: int | None = None) -> bytes:
+    """The bytes of regular file `name` in `dir_fd` (open_regular); a file over `max_bytes` is
+    refused (TooLarge)."""
+    with open_regular(dir_fd, name) as f:
         data = f.read() if max_bytes is None else f.read(max_bytes + 1)
     if max_bytes is not None and len(data) > max_bytes:
         raise TooLarge(errno.EFBIG, f"'{name}' is larger than {max_bytes} bytes")

@@ -170,21 +170,24 @@ def _rows(url: str, pick: str) -> list[Row]:
     return rows
 
 
-def _file(url: str, path: Path) -> dict:
-    """What the file view shows: the editor, a read-only text, or why neither."""
+def _file(url: str) -> dict:
+    """What the file view shows: the editor, a read-only text, or why neither. Read with
+    storage.read_stored: through folders opened without following links, a regular file only, at
+    most MAX_TEXT_BYTES of it (a job may swap a folder for a link, or plant a FIFO, meanwhile)."""
     kind = "edit" if storage.can_edit(url) else "view" if storage.can_view(url) else "none"
-    size = path.stat().st_size
-    info = {"kind": kind, "size": storage.human_bytes(size), "modified": _modified(path), "problem": ""}
+    stored = storage.read_stored(url)
+    modified = datetime.fromtimestamp(stored.modified, tz=UTC)
+    info = {"kind": kind, "size": storage.human_bytes(stored.size), "modified": modified, "problem": ""}
     if kind == "none":
         info["problem"] = gettext("This file is listed but cannot be opened: %(rule)s.") % {"rule": SUFFIX_RULE}
         return info
-    if size > storage.MAX_TEXT_BYTES:
+    if stored.data is None:
         limit = storage.human_bytes(storage.MAX_TEXT_BYTES)
         message = gettext("This file is %(size)s, larger than the %(limit)s the browser opens.")
         info["problem"] = message % {"size": info["size"], "limit": limit}
         info["kind"] = "none"
         return info
-    data = path.read_bytes()
+    data = stored.data
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -223,7 +226,7 @@ def _browse(url: str, pick: str, allowed: set[str]) -> dict:
         elif path.exists():
             url = _normal(url, False)
             name = _parts(url)[1][-1]  # a file is never a bucket: it has a last part
-            context |= {"mode": "file", "file": _file(url, path), "name": name, "max_bytes": storage.MAX_TEXT_BYTES}
+            context |= {"mode": "file", "file": _file(url), "name": name, "max_bytes": storage.MAX_TEXT_BYTES}
         else:
             raise Refused(gettext("'%(url)s' does not exist in object storage.") % {"url": url}, 404)
     except storage.StorageError as exc:
@@ -308,7 +311,7 @@ def storage_save(request: HttpRequest) -> HttpResponse:
     allowed = storage.buckets_of(request.user)
     try:
         _refuse_foreign(url, allowed)  # before the disk is touched: nothing is read or written
-        path = storage.local_path(url)
+        storage.local_path(url)  # refuses a path out of its bucket, before anything else is said
         if not storage.can_edit(url):
             message = gettext("Not saved: '%(url)s' cannot be edited; %(rule)s.")
             raise Refused(message % {"url": url, "rule": SUFFIX_RULE}, says_not_saved=True)
@@ -318,10 +321,12 @@ def storage_save(request: HttpRequest) -> HttpResponse:
             message = gettext("Not saved: the text is %(size)s; at most %(limit)s can be saved from the editor.")
             raise Refused(message % {"size": size, "limit": limit}, 413, says_not_saved=True)
         try:
-            current = path.read_bytes()
-        except FileNotFoundError:
+            stored = storage.read_stored(url)
+            # A file over the editor's size cannot be the version the editor holds: a conflict.
+            current = _version(stored.data) if stored.data is not None else "too large"
+        except storage.NotInStorage:
             current = None
-        if post.get("overwrite") != "1" and (current is None or _version(current) != post.get("version")):
+        if post.get("overwrite") != "1" and (current is None or current != post.get("version")):
             if current is None:
                 message = gettext(
                     "Not saved: '%(url)s' was deleted since you opened it. Your text is still here: "
