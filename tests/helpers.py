@@ -5,6 +5,7 @@ read a row again, a job's phase and end, make unsaved rows and a dedicated pool,
 
 from __future__ import annotations
 
+import signal
 from contextlib import contextmanager
 
 import docker
@@ -276,3 +277,25 @@ def api_log(demo, job, task: str = "worker-0", **params):
     return api_client(demo.token).get(
         f"/v2/{demo.workspace.project_id}/training-jobs/{job.id}/tasks/{task}/logs", params
     )
+
+
+class StillWaiting(BaseException):
+    """Raised by no_longer_than: not an OSError (TimeoutError is one, and a view or parser that
+    turns an OSError into a refusal would swallow it)."""
+
+
+@contextmanager
+def no_longer_than(seconds: int):
+    """Code that could block or spin for good (a read of a job's FIFO, a regular expression on a
+    job's line) fails the test after `seconds` instead of hanging the suite: SIGALRM, main thread."""
+
+    def expired(signum, frame):
+        raise StillWaiting(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

@@ -10,8 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import signal
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ from django.utils.html import escape
 from jobs import storage
 from jobs.runtime import hostpaths
 from tests.folders import BROWSE, browse
+from tests.helpers import no_longer_than
 
 SAVE = "/storage/save/"
 HX = {"HTTP_HX_REQUEST": "true"}
@@ -309,27 +308,6 @@ def test_paths_leaving_the_root_are_refused(user_client, obs, tmp_path):
         response = user_client.post(SAVE, post, **HX)
         assert response.status_code == 400, path
     assert (secret / "passwd.txt").read_text() == "root:x:0:0\n" and sorted(os.listdir(secret)) == ["passwd.txt"]
-
-
-class StillWaiting(BaseException):
-    """Not an OSError (TimeoutError is one, and the view turns an OSError into a refusal)."""
-
-
-@contextmanager
-def no_longer_than(seconds: int):
-    """A request that would block forever (the browser used to open a job's FIFO and wait for a
-    writer) fails the test instead of hanging the suite."""
-
-    def expired(signum, frame):
-        raise StillWaiting(f"still waiting after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.mark.django_db

@@ -4,38 +4,17 @@ Real containers: busybox (httpd, wget) and the Python image (no wget: the python
 
 from __future__ import annotations
 
-import math
-
 import pytest
 from django.test import Client
 
 from jobs.models import Attempt, TaskRun
-from jobs.runtime.metrics import parse
 from tests.helpers import PYTHON_IMAGE, api_client, submit_job, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 
-EXPOSITION = r"""# HELP loss Training loss.
-# TYPE loss gauge
-loss{phase="train",note="a\"b"} 0.25
-step_total 12 1700000000
-not a sample
-inf_metric +Inf
-"""
 WRITE_METRICS = (
     "mkdir -p /tmp/www; printf '# TYPE loss gauge\\nloss{phase=\"train\"} 0.5\\nstep_total 3\\n' > /tmp/www/metrics; "
 )
-
-
-def test_the_text_format_is_parsed_and_bad_lines_are_named():
-    samples, types, problems = parse(EXPOSITION)
-    assert [(s.name, s.labels, s.value) for s in samples[:2]] == [
-        ("loss", {"phase": "train", "note": 'a"b'}, 0.25),
-        ("step_total", {}, 12.0),
-    ]
-    assert math.isinf(samples[2].value)
-    assert types == {"loss": "gauge"}
-    assert problems == ["line 5 is not a sample: not a sample"]
 
 
 def running(job):
