@@ -283,14 +283,32 @@ class validate_directory(_LabelledValidator):  # noqa: N801 - used like a functi
 
 
 NFS_OPTION_RE = re.compile(r"^[A-Za-z0-9_]+(?:=[A-Za-z0-9_.:/-]+)?$")
+# The NFS options (nfs(5)) a job may set: how the mount talks to the operator's server, never where
+# the server is. The address is the file system's (staging.nfs_mount writes `addr=<server>` first);
+# a job's own `addr=` (the kernel takes the last), `clientaddr`, `port`, `mountaddr`, `mountport`,
+# `mountproto` or `mounthost` would point the mount that the engine makes, as root on the host's
+# network, at another server or at the host's loopback.
+NFS_OPTIONS_ALLOWED = (
+    "vers", "nfsvers", "minorversion", "proto", "timeo", "retrans", "hard", "soft", "softerr", "nolock", "lock",
+    "local_lock", "rsize", "wsize", "ac", "noac", "actimeo", "acregmin", "acregmax", "acdirmin", "acdirmax",
+    "cto", "nocto", "lookupcache", "nconnect", "sec", "intr", "nointr", "noatime", "nodiratime", "relatime",
+    "resvport", "noresvport", "sharecache", "nosharecache", "fsc", "nofsc",
+)  # fmt: skip
 
 
 def nfs_options_error(value: str) -> str | None:
-    bad = [opt for opt in (value or "").split(",") if not NFS_OPTION_RE.match(opt.strip())]
+    options = [opt.strip() for opt in (value or "").split(",")]
+    bad = [opt for opt in options if not NFS_OPTION_RE.match(opt)]
     if bad:
         return gettext(
             "Mount options must be comma-separated NFS options like '%(example)s'; not an option: %(bad)s."
         ) % {"example": DEFAULT_NFS_OPTIONS, "bad": ", ".join(repr(b) for b in bad)}
+    refused = [opt for opt in options if opt.partition("=")[0] not in NFS_OPTIONS_ALLOWED]
+    if refused:
+        return gettext(
+            "Mount options cannot set %(refused)s: where the server is belongs to the file system; "
+            "a job may set %(allowed)s."
+        ) % {"refused": ", ".join(repr(o) for o in refused), "allowed": ", ".join(NFS_OPTIONS_ALLOWED)}
     return None
 
 

@@ -177,6 +177,23 @@ REFUSED = [
         "file_system_mounts",
         "NFS options",
     ),
+    *[
+        # Where the server is belongs to the file system: a job's own address or port would point
+        # the engine's mount (root, the host's network) at another server or the host's loopback.
+        Case(
+            f"mount-options-{name}",
+            {**DEDICATED, "file_system_mounts": [{"file_system": "fs1", "mount_path": "/mnt/x", "options": options}]},
+            "file_system_mounts",
+            f"Mount options cannot set '{refused}'",
+        )
+        for name, options, refused in [
+            ("addr", "vers=3,nolock,addr=10.0.0.9", "addr=10.0.0.9"),
+            ("loopback", "vers=3,addr=127.0.0.1,port=2049", "addr=127.0.0.1"),
+            ("mountport", "vers=3,mountport=111", "mountport=111"),
+            ("clientaddr", "vers=4.1,clientaddr=10.0.0.1", "clientaddr=10.0.0.1"),
+            ("upper-case", "vers=3,ADDR=10.0.0.9", "ADDR=10.0.0.9"),
+        ]
+    ],
     Case(
         "obs-mounts-2",
         {

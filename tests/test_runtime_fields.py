@@ -392,3 +392,16 @@ def test_the_artifact_dir_survives_a_container_level_restart(demo, worker, docke
     ckpt = storage.local_path("obs://ckpt-b/job-1/") / "ckpt.txt"
     assert ckpt.read_text() == "saved by attempt 1\n"
     assert os.stat(ckpt).st_uid == 1000
+
+
+def test_nfs_options_that_point_the_mount_elsewhere_fail_the_start(demo):
+    """Options that say where the server is are refused at submission (tests/spec_cases.py); a job
+    saved before that rule, or whose row was changed since, is refused again when its container is
+    made: the engine would mount, as root on the host's network, what its last `addr=` names."""
+    FileSystem.objects.create(name="turbo", kind=FileSystem.Kind.NFS, source="nfs.example:/export/data")
+    mount = {"file_system": "turbo", "path": "/", "mount_path": "/mnt/turbo", "read_only": False}
+    job = unsaved(demo, pool_type="dedicated", file_system_mounts=[mount | {"options": "vers=3,addr=127.0.0.1"}])
+    attempt, task_run = instance_of(job, demo)
+    refused = r"File system mount /mnt/turbo: Mount options cannot set 'addr=127\.0\.0\.1'"
+    with pytest.raises(StagingError, match=refused):
+        mounts_for(job, attempt, task_run)

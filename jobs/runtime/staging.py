@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -269,10 +269,8 @@ def _copy_code(job: TrainingJob, parent: int, name: str) -> None:
 
 
 def _remove_quietly(dir_fd: int, name: str) -> None:
-    try:
+    with suppress(OSError):
         hostpaths.remove_at(dir_fd, name)
-    except OSError:
-        pass
 
 
 def backup_code(job: TrainingJob, task_run: TaskRun, local_code: Path) -> Path | None:
@@ -439,6 +437,8 @@ def nfs_mount(
     sub = (v.normalized_path(mount.get("path") or "/") or "/").lstrip("/")
     device = ":" + (posixpath.join(export, sub).rstrip("/") if sub else export)
     options = mount.get("options") or v.DEFAULT_NFS_OPTIONS
+    if message := v.nfs_options_error(options):  # again at each start: a job saved before a rule came
+        raise StagingError(f"File system mount {target}: {message}")
     return engine.volume_mount(
         target,
         volume_name,
