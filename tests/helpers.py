@@ -31,6 +31,21 @@ def busybox_with_tools(docker_client, command: list[str]):
     )
 
 
+def build_image(docker_client, tag: str, dockerfile: str) -> None:
+    """An image built here from `dockerfile` alone (no context, no network: FROM a local image)."""
+    import io
+    import tarfile
+
+    data = dockerfile.encode()
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        entry = tarfile.TarInfo("Dockerfile")
+        entry.size = len(data)
+        tar.addfile(entry, io.BytesIO(data))
+    context.seek(0)
+    docker_client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True, network_mode="none")
+
+
 def remove_test_containers(client) -> None:
     # sparse: a full listing inspects each container and fails on one removed meanwhile.
     for container in client.containers.list(all=True, sparse=True, filters={"label": "=".join(TEST_LABEL)}):

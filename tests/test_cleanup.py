@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import docker
 import pytest
 from django.utils import timezone
 
@@ -12,7 +13,7 @@ from jobs.models import Phase, TrainingJob
 from jobs.runtime import cleanup
 from jobs.runtime.layout import LOCAL_CODE_STAGING
 from jobs.runtime.staging import job_data_dir
-from tests.helpers import BUSYBOX, api_client, submit_job, wait_for
+from tests.helpers import BUSYBOX, api_client, build_image, ended, running_instance, submit_job, wait_for
 from tests.pytest_env import TEST_LABEL
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
@@ -212,3 +213,25 @@ def test_one_worker_at_a_time_scans_a_host_for_orphans_and_only_when_due(demo, s
         orphans_scanned_at=timezone.now()
     )
     assert moved == 0, "the second worker's claim finds the time moved"
+
+
+def test_the_volume_an_image_declares_goes_with_the_container(demo, docker_client):
+    """A job's image declares `VOLUME /scratch`: Docker makes an anonymous volume for each of its
+    containers, which carries none of the console's labels. It is removed with its container, so a
+    job that fills it and ends, attempt after attempt, leaves nothing on the shared host."""
+    tag = f"console-test/volume-{TEST_LABEL[1]}:latest"
+    build_image(docker_client, tag, f"FROM {BUSYBOX}\nVOLUME /scratch\n")
+    try:
+        job = submit_job(demo, name="scratch", image=tag, command="echo filled > /scratch/f; sleep 2")
+        container = docker_client.containers.get(running_instance(job).container_id)
+        scratch = [m["Name"] for m in container.attrs["Mounts"] if m["Destination"] == "/scratch"]
+        assert len(scratch) == 1 and docker_client.volumes.get(scratch[0])
+        wait_for(lambda: ended(job), message="the job to end")
+        wait_for(
+            lambda: not docker_client.containers.list(all=True, sparse=True, filters={"id": container.id}),
+            message="its container to be removed",
+        )
+        with pytest.raises(docker.errors.NotFound):
+            docker_client.volumes.get(scratch[0])
+    finally:
+        docker_client.images.remove(tag, force=True)

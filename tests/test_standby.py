@@ -13,8 +13,8 @@ import pytest
 from jobs.models import Attempt, Phase, TaskRun
 from jobs.runtime import cleanup, docker_hosts, engine, staging, standby, stop
 from tests.folders import host_dir
-from tests.helpers import BUSYBOX, dedicated_pool, ended, log_texts, submit_job, unsaved, wait_for
-from tests.pytest_env import TMP
+from tests.helpers import BUSYBOX, build_image, dedicated_pool, ended, log_texts, submit_job, unsaved, wait_for
+from tests.pytest_env import TEST_LABEL, TMP
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -402,22 +402,13 @@ def test_an_images_healthcheck_never_runs_in_the_consoles_containers(demo, worke
     """Docker runs an image's HEALTHCHECK as the container's user, root here (the launcher's): it
     could write the control dir (forge a report, give an armed standby its go). The console's
     containers run none: neither the job's nor its armed standby."""
-    import io
-    import tarfile
-
-    tag = "console-test/healthcheck:latest"
+    tag = f"console-test/healthcheck-{TEST_LABEL[1]}:latest"  # one per session: another removes its own
     dockerfile = (
         f"FROM {BUSYBOX}\n"
         "HEALTHCHECK --interval=1s CMD "
         "sh -c 'id -u >> /.console/run/healthcheck; touch /.console/run/go'\n"
-    ).encode()
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        entry = tarfile.TarInfo("Dockerfile")
-        entry.size = len(dockerfile)
-        tar.addfile(entry, io.BytesIO(dockerfile))
-    context.seek(0)
-    docker_client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True, network_mode="none")
+    )
+    build_image(docker_client, tag, dockerfile)
     try:
         job, first, waiting = running_with_standby(demo, docker_client, "healthcheck", image=tag)
         time.sleep(3)  # three intervals of the image's healthcheck

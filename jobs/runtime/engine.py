@@ -226,7 +226,7 @@ def remove_container(container) -> None:
     started (409 "removal ... is already in progress": the orphan scan and a job's end may meet
     on a standby), is not an error."""
     try:
-        container.remove(force=True)
+        container.remove(force=True, v=True)  # v: the anonymous volumes of an image's VOLUME go too
     except docker.errors.NotFound:
         pass
     except docker.errors.APIError as exc:
