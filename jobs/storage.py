@@ -6,7 +6,7 @@ environment variable `CONSOLE_OBJECT_STORAGE_ROOT`, else `<VAR_DIR>/object-stora
 An S3-compatible backend can take the same functions later; callers only use what is here.
 
 What the console needs from it:
-- `measure(url)`: total size, file count and depth of a folder (the code dir limits of SPEC §3),
+- `measure(url)`: total size, file and folder count and depth of a folder (the code dir limits of SPEC §3),
 - `bucket_exists(url)`: output paths (backup, artifacts, logs) must be in an existing bucket,
 - `bucket_allowed` / `buckets_of` / `tenancy_error`: whose a bucket is (a Bucket row: owner and
   grants); the callers ask before they touch a path (they are the gate, the functions below are not),
@@ -229,40 +229,76 @@ class Usage:
     files: int
     depth: int
     complete: bool = True
+    folders: int = 0
 
 
-def measure(url: str, *, stop_after_files: int | None = None, stop_after_bytes: int | None = None) -> Usage:
-    """Total size, number of files and depth of the folder `url`.
+# A walk of a folder a job can write stops after this many sub-folders whatever else it was asked:
+# a million empty folders would hold the request (or a publish's transaction) for minutes.
+MEASURE_MAX_FOLDERS = v.CODE_DIR_MAX_FILES
+
+
+def measure(
+    url: str,
+    *,
+    stop_after_files: int | None = None,
+    stop_after_bytes: int | None = None,
+    stop_after_folders: int = MEASURE_MAX_FOLDERS,
+) -> Usage:
+    """Total size, number of files and folders, and depth of the folder `url`.
 
     Depth counts path parts below the folder: a file directly in it has depth 1,
     `a/b/c.py` depth 3; an empty sub-folder counts as deep as its own path. Symbolic
-    links are not followed (a link counts as one file of its own size). The walk
-    stops once it is over `stop_after_files` files or `stop_after_bytes` bytes,
-    so an enormous folder is refused without being read entirely.
+    links are not followed (a link counts as one file of its own size), nor is a folder swapped
+    for one while the walk goes (each is opened without following links, from its parent's
+    descriptor). The walk stops once it is over `stop_after_files` files, `stop_after_bytes`
+    bytes or `stop_after_folders` folders, so an enormous folder is refused without being read
+    entirely.
     """
-    base = local_path(url)
-    if not base.is_dir():
-        raise StorageError(gettext("'%(url)s' does not exist in object storage.") % {"url": url})
-    total = files = depth = 0
-    stack: list[tuple[Path, int]] = [(base, 0)]
-    while stack:
-        folder, level = stack.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except OSError as exc:
-            raise StorageError(gettext("Cannot read '%(url)s': %(why)s.") % {"url": url, "why": exc.strerror}) from None
-        for entry in entries:
-            depth = max(depth, level + 1)
-            if entry.is_dir(follow_symlinks=False):
-                stack.append((Path(entry.path), level + 1))
-                continue
-            files += 1
-            total += entry.stat(follow_symlinks=False).st_size
-            if (stop_after_files is not None and files > stop_after_files) or (
-                stop_after_bytes is not None and total > stop_after_bytes
-            ):
-                return Usage(total, files, depth, complete=False)
-    return Usage(total, files, depth)
+    path = local_path(url)
+    bucket = bucket_of(url)
+    base = _bucket_dir(bucket, url)
+    counts = {"bytes": 0, "files": 0, "folders": 0, "depth": 0}
+
+    def over() -> bool:
+        return (
+            (stop_after_files is not None and counts["files"] > stop_after_files)
+            or (stop_after_bytes is not None and counts["bytes"] > stop_after_bytes)
+            or counts["folders"] > stop_after_folders
+        )
+
+    def walk(folder: int, level: int, at: str) -> bool:
+        """False once a limit was passed (the walk stops)."""
+        with os.scandir(folder) as it:
+            for entry in it:
+                counts["depth"] = max(counts["depth"], level + 1)
+                if entry.is_dir(follow_symlinks=False):
+                    counts["folders"] += 1
+                    if over() or level + 1 >= hostpaths.MAX_COPY_DEPTH:
+                        return False
+                    child = hostpaths.open_child(folder, entry.name, at=f"{at}{entry.name}")
+                    try:
+                        if not walk(child, level + 1, f"{at}{entry.name}/"):
+                            return False
+                    finally:
+                        os.close(child)
+                    continue
+                counts["files"] += 1
+                counts["bytes"] += entry.stat(follow_symlinks=False).st_size
+                if over():
+                    return False
+        return True
+
+    relative = path.relative_to(base).as_posix()
+    try:
+        with hostpaths.open_dir(base, relative) as top:
+            complete = walk(top, 0, "" if relative == "." else f"{relative}/")  # named from the bucket
+    except hostpaths.PathEscape as exc:
+        raise _escape(bucket, exc) from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise StorageError(gettext("'%(url)s' does not exist in object storage.") % {"url": url}) from None
+    except OSError as exc:
+        raise StorageError(gettext("Cannot read '%(url)s': %(why)s.") % {"url": url, "why": exc.strerror}) from None
+    return Usage(counts["bytes"], counts["files"], counts["depth"], complete, counts["folders"])
 
 
 def code_dir_errors(url: str) -> list[str]:
@@ -287,6 +323,9 @@ def code_dir_errors(url: str) -> list[str]:
     if usage.depth > v.CODE_DIR_MAX_DEPTH:
         message = gettext("Code dir must be at most %(max)s levels deep; '%(url)s' is %(depth)s%(more)s.")
         errors.append(message % {"max": v.CODE_DIR_MAX_DEPTH, "url": url, "depth": usage.depth, "more": more})
+    if usage.folders > MEASURE_MAX_FOLDERS:
+        message = gettext("Code dir must hold at most %(max)s folders; '%(url)s' holds %(folders)s%(more)s.")
+        errors.append(message % {"max": MEASURE_MAX_FOLDERS, "url": url, "folders": usage.folders, "more": more})
     return errors
 
 

@@ -342,17 +342,28 @@ def replace_dir(dir_fd: int, new: str, name: str) -> None:
 @dataclass
 class CopyBudget:
     """What a copy may still take: a job that can write its source (a bucket mounted
-    read-write) could grow it far past what was measured at submission."""
+    read-write) could grow it far past what was measured at submission. Links count as files
+    (as storage.measure counts them), folders against `folders` (as many as files, unless said)."""
 
     files: int
     bytes: int
     what: str = "the folder"
+    folders: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.folders is None:
+            self.folders = self.files
 
     def take(self, size: int, at: str) -> None:
         self.files -= 1
         self.bytes -= size
         if self.files < 0 or self.bytes < 0:
             raise OSError(errno.EFBIG, f"{self.what} grew past its limits while copying (at {at})")
+
+    def take_folder(self, at: str) -> None:
+        self.folders -= 1
+        if self.folders < 0:
+            raise OSError(errno.EFBIG, f"{self.what} holds more folders than it may while copying (at {at})")
 
 
 def copytree_into(
@@ -382,10 +393,14 @@ def copytree_into(
         except FileNotFoundError:
             continue  # removed while copying
         if stat.S_ISLNK(st.st_mode):
+            if budget is not None:
+                budget.take(0, f"{_at}{name}")
             os.symlink(os.readlink(name, dir_fd=src_fd), name, dir_fd=dst_fd)
             if owner is not None:
                 _give_link(dst_fd, name, owner)
         elif stat.S_ISDIR(st.st_mode):
+            if budget is not None:
+                budget.take_folder(f"{_at}{name}")
             child = open_child(src_fd, name, at=f"{_at}{name}")
             try:
                 os.mkdir(name, 0o700, dir_fd=dst_fd)
@@ -398,12 +413,15 @@ def copytree_into(
             finally:
                 os.close(child)
         elif stat.S_ISREG(st.st_mode):
-            if budget is not None:
-                budget.take(st.st_size, f"{_at}{name}")  # the apparent size: a sparse file counts whole
-            _copy_file(src_fd, dst_fd, name, owner, at=f"{_at}{name}")
+            _copy_file(src_fd, dst_fd, name, owner, at=f"{_at}{name}", budget=budget)
 
 
-def _copy_file(src_fd: int, dst_fd: int, name: str, owner: tuple[int, int] | None, *, at: str) -> None:
+def _copy_file(
+    src_fd: int, dst_fd: int, name: str, owner: tuple[int, int] | None, *, at: str, budget: CopyBudget | None
+) -> None:
+    """The file's bytes up to the size it had when opened, charged to `budget` (the apparent size:
+    a sparse file counts whole): a file the job grows while it is copied (`truncate -s 100T`) is
+    copied as it was, never read on to its new end."""
     try:
         source = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=src_fd)
     except OSError as exc:
@@ -414,12 +432,16 @@ def _copy_file(src_fd: int, dst_fd: int, name: str, owner: tuple[int, int] | Non
         st = os.fstat(source)
         if not stat.S_ISREG(st.st_mode):
             return  # swapped for something that is not a file: left out
+        if budget is not None:
+            budget.take(st.st_size, at)
         target = create_file(dst_fd, name, 0o600)
         try:
-            while True:
-                chunk = os.read(source, COPY_CHUNK)
-                if not chunk:
+            left = st.st_size
+            while left > 0:
+                chunk = os.read(source, min(COPY_CHUNK, left))
+                if not chunk:  # shrunk meanwhile
                     break
+                left -= len(chunk)
                 view = memoryview(chunk)
                 while view:
                     view = view[os.write(target, view) :]

@@ -144,6 +144,8 @@ def _why_not_publishable(job: TrainingJob) -> str:
         usage = storage.measure(job.artifact_path, stop_after_files=1)
     except storage.StorageError as exc:
         return f"the artifact folder cannot be read: {exc}"
+    if usage.files == 0 and not usage.complete:  # folders, and folders in them, and no file yet
+        return f"the artifact folder {job.artifact_path} holds no file in its first {usage.folders - 1} folders."
     if usage.files == 0:
         # An empty model version would look like a result; saying why is more useful.
         return f"the artifact folder {job.artifact_path} is empty."
