@@ -366,6 +366,8 @@ def test_log_download_by_time_range_on_and_off(demo, worker, client):
     assert text(api_log(demo, on)) == "early\nlate\n"
     bad = api_log(demo, on, start_time="yesterday")
     assert bad.status_code == 400 and bad.json()["error_msg"].startswith("start_time: start_time must be a date")
+    assert api_log(demo, on, start_time="²").status_code == 400  # a digit to isdigit(), not to int()
+    assert text(api_log(demo, on, end_time="9" * 30)) == "early\nlate\n"  # past a bigint: to the end
     backwards = api_log(demo, on, start_time=iso(late), end_time=iso(early))
     assert backwards.status_code == 400 and "end_time must not be before start_time" in backwards.json()["error_msg"]
 
@@ -412,6 +414,17 @@ def test_duration_text_and_time_parsing():
     with pytest.raises(logreading.LogRequestRefused) as refused:
         logreading.parse_time("noon", "end_time")
     assert (refused.value.status, refused.value.field) == (400, "end_time")
+    # What a caller types is refused or bounded, never a 500: a digit int() refuses, more digits
+    # than int() reads, and times past what a line's stamp (a bigint) holds.
+    for value in ("²", "1²", "9" * 5000):
+        if value.isascii():
+            assert logreading.parse_time(value, "end_time") == 2**63 - 1
+        else:
+            with pytest.raises(logreading.LogRequestRefused):
+                logreading.parse_time(value, "end_time")
+    assert logreading.parse_time("99999999999999", "end_time") == 2**63 - 1
+    assert logreading.parse_time("9999-12-31", "end_time", end=True) == 2**63 - 1
+    assert logreading.parse_time("0001-01-01", "start_time") == -(2**63 - 1)
 
 
 # -- the page, in a browser -------------------------------------------------------------------------------

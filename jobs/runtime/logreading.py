@@ -65,6 +65,9 @@ def instance_log(
             ends_line = True
 
 
+_NS_MAX = 2**63 - 1  # the largest ns stamp a log line can carry (PostgreSQL's bigint)
+
+
 class LogRequestRefused(Exception):
     """A log download the job does not allow: status 410 (deleted) or 400 (time range)."""
 
@@ -117,8 +120,11 @@ def parse_time(value: str, name: str, *, end: bool = False) -> int:
     Lines carry ns timestamps, a time given by hand is coarser: an end (end=True) takes in
     the whole unit it names, so "to 14:05:00" includes the lines of 14:05:00.7 and a range
     from and to one line's time as shown returns that line."""
-    if value.isdigit():
-        return int(value) * 1_000_000 + (999_999 if end else 0)
+    if value.isascii() and value.isdigit():  # not '²', which isdigit() takes and int() refuses
+        # Past what a line's ns stamp (a bigint) can hold is the end of time for every line; 20
+        # digits and more are never read as a number (int() refuses 4,300).
+        ns = int(value) * 1_000_000 + (999_999 if end else 0) if len(value) < 20 else _NS_MAX
+        return min(ns, _NS_MAX)
     try:
         moment = datetime.fromisoformat(value.replace(" ", "T", 1))
     except ValueError:
@@ -132,7 +138,7 @@ def parse_time(value: str, name: str, *, end: bool = False) -> int:
         moment = timezone.make_aware(moment)
     # Whole microseconds: exact, where float seconds would round a line's ns timestamp.
     ns = (moment - EPOCH) // timedelta(microseconds=1) * 1000
-    return ns + (_unit_ns(value) - 1 if end else 0)
+    return max(-_NS_MAX, min(ns + (_unit_ns(value) - 1 if end else 0), _NS_MAX))
 
 
 def _unit_ns(value: str) -> int:
