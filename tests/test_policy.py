@@ -320,6 +320,22 @@ def test_classify_reports_the_matched_log_lines_as_evidence():
     assert verdict.matched_lines == ["ulimit: open files is 1024"]
 
 
+def test_a_log_tail_the_job_crafted_is_classified_in_one_pass_per_line():
+    """50 lines of 4,096 characters (what a decision reads), shaped for the log rules' patterns to
+    retry: "NCCL" a thousand times took the collective-timeout rule 0.1-0.2 s a line, seconds a
+    decision with the worker's GIL held. Each line is now one pass; the verdict is the same."""
+    from tests.helpers import no_longer_than
+
+    crafted = ("NCCL" * 1024, "HCCL " * 819, "Connection reset by peer" * 170, "ECC " * 1024, "x" * 4096)
+    tail = tuple(crafted[i % len(crafted)][:4096] for i in range(50))
+    with no_longer_than(20):  # 0.7 s here; the old pattern had not finished after 5 s
+        for _ in range(20):  # twenty decisions
+            verdict = classify(EndFacts(exit_code=1, log_tail=tail))
+    assert verdict.rule == "collective-connection-reset"
+    late = ("NCCL" * 1000 + " then a timeout")[:4096]
+    assert classify(EndFacts(exit_code=1, log_tail=(late,))).rule == "collective-timeout"
+
+
 def test_no_log_line_makes_a_host_faulty():
     """Whatever the job prints, the log rules only pick classes a job may claim for its own
     failure: never env_check_failed or node_failure (which isolate hosts)."""
