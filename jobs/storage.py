@@ -82,7 +82,10 @@ def local_path(url: str) -> Path:
     """
     bucket, key = _split(url)
     base = _bucket_dir(bucket, url)
-    path = (base / key).resolve() if key else base
+    try:
+        path = (base / key).resolve() if key else base
+    except RuntimeError:  # links that name each other (a job's `ln -s b a; ln -s a b`)
+        raise StorageError(f"'{url}' is a loop of symbolic links.") from None
     if path != base and base not in path.parents:  # a symlink pointing out of the bucket
         raise StorageError(f"'{url}' leaves its bucket.")
     return path
@@ -275,15 +278,22 @@ def measure(
                     counts["folders"] += 1
                     if over() or level + 1 >= hostpaths.MAX_COPY_DEPTH:
                         return False
-                    child = hostpaths.open_child(folder, entry.name, at=f"{at}{entry.name}")
+                    try:
+                        child = hostpaths.open_child(folder, entry.name, at=f"{at}{entry.name}")
+                    except FileNotFoundError:  # removed while we were walking (a running job's folder)
+                        continue
                     try:
                         if not walk(child, level + 1, f"{at}{entry.name}/"):
                             return False
                     finally:
                         os.close(child)
                     continue
+                try:
+                    size = entry.stat(follow_symlinks=False).st_size
+                except FileNotFoundError:  # removed while we were walking
+                    continue
                 counts["files"] += 1
-                counts["bytes"] += entry.stat(follow_symlinks=False).st_size
+                counts["bytes"] += size
                 if over():
                     return False
         return True
@@ -346,6 +356,7 @@ class Entry:
     size: int
     editable: bool
     viewable: bool
+    modified: float | None = None
 
 
 def can_edit(url: str) -> bool:
@@ -372,11 +383,12 @@ def listdir(url: str) -> list[Entry]:
                 is_dir = entry.is_dir(follow_symlinks=False)
                 child = prefix + entry.name + ("/" if is_dir else "")
                 try:
-                    size = 0 if is_dir else entry.stat(follow_symlinks=False).st_size
+                    st = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:  # removed while we were listing
                     continue
+                size = 0 if is_dir else st.st_size
                 editable, viewable = not is_dir and can_edit(child), not is_dir and can_view(child)
-                out.append(Entry(entry.name, child, is_dir, size, editable, viewable))
+                out.append(Entry(entry.name, child, is_dir, size, editable, viewable, st.st_mtime))
     except hostpaths.PathEscape as exc:
         raise _escape(bucket, exc) from None
     except (FileNotFoundError, NotADirectoryError):

@@ -24,6 +24,10 @@ from . import labels
 # and shows its label: "%(failure_class)s: %(decision)s" is not any "something: something".
 PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 MAX_DEPTH = 4
+# A stored text longer than this is shown as it is: the templates' `.+?` placeholders are matched
+# against text a job can put in (a path in a start error), and three of them made a 10 kB message
+# take 26 s (the growth is cubic). The console's own messages are a few hundred characters.
+MAX_TRANSLATED_CHARS = 2048
 
 
 @functools.cache
@@ -51,7 +55,7 @@ def _patterns() -> tuple[tuple[re.Pattern, str], ...]:
 def translate(text, depth: int = 0) -> str:
     """`text` in the active language, when it was built from a known template; else as it is."""
     text = "" if text is None else str(text)
-    if not text or (get_language() or "en").startswith("en"):
+    if not text or len(text) > MAX_TRANSLATED_CHARS or (get_language() or "en").startswith("en"):
         return text
     return _translate(text, get_language(), depth)
 

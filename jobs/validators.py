@@ -293,6 +293,9 @@ NFS_OPTIONS_ALLOWED = (
     "local_lock", "rsize", "wsize", "ac", "noac", "actimeo", "acregmin", "acregmax", "acdirmin", "acdirmax",
     "cto", "nocto", "lookupcache", "nconnect", "sec", "intr", "nointr", "noatime", "nodiratime", "relatime",
     "resvport", "noresvport", "sharecache", "nosharecache", "fsc", "nofsc",
+    # and the generic ones vendors' fstab lines carry (NetApp, Filestore: rw, tcp, async, ...)
+    "rw", "ro", "tcp", "udp", "rdma", "sync", "async", "bg", "fg", "retry", "nosuid", "nodev", "noexec",
+    "rdirplus", "nordirplus", "acl", "noacl",
 )  # fmt: skip
 
 

@@ -134,7 +134,7 @@ class StandInContainer:
         self.client = SimpleNamespace(api=SimpleNamespace(base_url=base_url))
         self.tracker, self.hold, self.seconds = tracker, hold, seconds
 
-    def remove(self, force: bool = False) -> None:
+    def remove(self, force: bool = False, v: bool = False) -> None:
         with self.tracker["lock"]:
             self.tracker["now"] += 1
             self.tracker["most"] = max(self.tracker["most"], self.tracker["now"])

@@ -363,6 +363,16 @@ ACCEPTED = [
     pytest.param(
         {
             **DEDICATED,
+            "file_system_mounts": [
+                # a vendor's fstab line (NetApp, Filestore): none of it says where the server is
+                {"file_system": "fs1", "mount_path": "/mnt/x", "options": "rw,hard,rsize=65536,vers=3,tcp,async"}
+            ],
+        },
+        id="nfs-options-of-an-fstab-line",
+    ),
+    pytest.param(
+        {
+            **DEDICATED,
             "file_system_mounts": mounts(1) + [{"file_system": "fs1", "path": "/sub", "mount_path": "/mnt/2"}],
         },
         id="same-fs-twice",

@@ -366,6 +366,19 @@ def test_a_folder_swapped_for_a_link_after_the_check_is_not_followed(user_client
     assert sorted(os.listdir(other)) == ["hidden.py", "train.py"]
 
 
+@pytest.mark.django_db
+def test_links_that_name_each_other_are_refused_not_an_error(user_client, obs):
+    """A job's `ln -s b a; ln -s a b`: resolving either never ends (Python raises RuntimeError);
+    the browser says so, as it does for any path it cannot use."""
+    (obs / "b01/code/a").symlink_to("b")
+    (obs / "b01/code/b").symlink_to("a")
+    response = user_client.get(browse("obs://b01/code/a/x.py"))
+    assert response.status_code == 400 and "is a loop of symbolic links" in response.content.decode()
+    assert storage.code_dir_errors("obs://b01/code/a/") == [
+        "Code dir: 'obs://b01/code/a/' is a loop of symbolic links."
+    ]
+
+
 def test_local_path_confines_to_the_root(settings, tmp_path):
     root, outside = tmp_path / "root", tmp_path / "outside"
     (root / "good" / "dir").mkdir(parents=True)

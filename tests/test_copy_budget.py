@@ -90,6 +90,18 @@ def test_links_and_folders_count_against_a_copys_budget(tmp_path):
     assert sorted(os.listdir(tmp_path / "copy3")) == ["d0", "d1", "d2", "d3"]
 
 
+def test_a_folder_of_more_entries_than_the_budget_takes_is_refused_without_listing_it_all(tmp_path):
+    """Entries the copy leaves out (FIFOs, sockets) are listed too: a folder of more names than the
+    budget's files and folders together is refused after reading one more than that."""
+    source = tmp_path / "src"
+    source.mkdir()
+    for i in range(8):
+        os.mkfifo(source / f"p{i}")
+    with opened(source, tmp_path / "dst") as (src_fd, dst_fd):
+        with pytest.raises(OSError, match="holds more entries than it may"):
+            hostpaths.copytree_into(src_fd, dst_fd, budget=hostpaths.CopyBudget(3, GB, "the code dir"))
+
+
 @pytest.fixture
 def obs(settings, tmp_path) -> Path:
     top = tmp_path / "object-storage"

@@ -15,6 +15,7 @@ from django.db import OperationalError, connection, connections, transaction
 
 from jobs.models import DockerHost
 from jobs.runtime import engine
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -123,8 +124,8 @@ def test_a_follower_waiting_for_a_clear_up_slot_holds_no_database_connection(set
     base_url, seen, hold = f"unix:///slots-{uuid.uuid4()}", tracker(), threading.Event()
     holder = threading.Thread(target=engine.clear_away, args=(StandInContainer(base_url, seen, hold),))
     holder.start()
-    while seen["now"] == 0:  # the one slot is taken
-        time.sleep(0.01)
+    # A thread that died (a stand-in that no longer fits the engine's call) fails here, not forever.
+    wait_for(lambda: seen["now"] > 0, timeout=10, message="the one slot to be taken")
     wrappers: list = []
 
     def follower_end() -> None:
@@ -135,8 +136,7 @@ def test_a_follower_waiting_for_a_clear_up_slot_holds_no_database_connection(set
 
     waiter = threading.Thread(target=follower_end)
     waiter.start()
-    while not wrappers:
-        time.sleep(0.01)
+    wait_for(lambda: wrappers, timeout=10, message="the follower to hold its connection")
     time.sleep(0.2)  # waiting for the slot now
     assert seen["done"] == 0 and wrappers[0].connection is None
     hold.set()

@@ -192,6 +192,17 @@ def test_stored_english_is_shown_in_the_readers_language(stored, shown):
         assert result == shown
 
 
+def test_a_long_stored_text_is_shown_as_it_is_at_once():
+    """A start error quotes a path the job chose: 10 kB of it made three `.+?` placeholders take 26 s
+    to match (cubic). Past MAX_TRANSLATED_CHARS a text is not matched at all."""
+    from tests.helpers import no_longer_than
+
+    path = "obs://b/" + "a (b, attempt c) " * 600
+    stored = f"Could not start: '{path}' does not exist (job, attempt 1)"
+    with translation.override(ZH), no_longer_than(20):
+        assert stored_text.translate(stored) == stored
+
+
 def test_the_events_tab_shows_stored_messages_translated(demo):
     job = TrainingJob.objects.create(
         workspace=demo.workspace, created_by=demo.owner, name="zh-events", image=BUSYBOX, command="echo"

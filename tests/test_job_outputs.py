@@ -423,6 +423,7 @@ def test_duration_text_and_time_parsing():
             with pytest.raises(logreading.LogRequestRefused):
                 logreading.parse_time(value, "end_time")
     assert logreading.parse_time("99999999999999", "end_time") == 2**63 - 1
+    assert logreading.parse_time("0" * 30 + "1000", "start_time") == 1_000_000_000  # zeros are not digits of it
     assert logreading.parse_time("9999-12-31", "end_time", end=True) == 2**63 - 1
     assert logreading.parse_time("0001-01-01", "start_time") == -(2**63 - 1)
 

@@ -26,6 +26,7 @@ docs/decisions.md.
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import shutil
 import stat
@@ -385,8 +386,13 @@ def copytree_into(
     """
     if _at.count("/") >= MAX_COPY_DEPTH:
         raise OSError(errno.ELOOP, f"the folder is more than {MAX_COPY_DEPTH} levels deep")
+    # At most one name more than the budget can take: a folder of millions of entries (a job can
+    # write its code dir's bucket) is refused after reading that many, not after listing them all.
+    most = None if budget is None else max(budget.files, 0) + max(budget.folders, 0) + 1
     with os.scandir(src_fd) as it:
-        names = [entry.name for entry in it]
+        names = [entry.name for entry in itertools.islice(it, most)]
+    if most is not None and len(names) >= most:
+        raise OSError(errno.EFBIG, f"{budget.what} holds more entries than it may (at {_at or './'})")
     for name in names:
         try:
             st = os.stat(name, dir_fd=src_fd, follow_symlinks=False)

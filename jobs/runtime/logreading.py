@@ -123,7 +123,8 @@ def parse_time(value: str, name: str, *, end: bool = False) -> int:
     if value.isascii() and value.isdigit():  # not '²', which isdigit() takes and int() refuses
         # Past what a line's ns stamp (a bigint) can hold is the end of time for every line; 20
         # digits and more are never read as a number (int() refuses 4,300).
-        ns = int(value) * 1_000_000 + (999_999 if end else 0) if len(value) < 20 else _NS_MAX
+        digits = value.lstrip("0") or "0"
+        ns = int(digits) * 1_000_000 + (999_999 if end else 0) if len(digits) < 20 else _NS_MAX
         return min(ns, _NS_MAX)
     try:
         moment = datetime.fromisoformat(value.replace(" ", "T", 1))

@@ -159,14 +159,12 @@ def _buckets(pick: str, allowed: set[str]) -> list[Row]:
 
 
 def _rows(url: str, pick: str) -> list[Row]:
-    base = storage.local_path(url)
     rows = []
-    for entry in storage.listdir(url):
+    for entry in storage.listdir(url):  # its times too: read through the opened folder, not by path
         kind = "dir" if entry.is_dir else "edit" if entry.editable else "view" if entry.viewable else "none"
         size = "" if entry.is_dir else storage.human_bytes(entry.size)
-        rows.append(
-            Row(entry.name, entry.url, _href(entry.url, pick), entry.is_dir, size, _modified(base / entry.name), kind)
-        )
+        modified = datetime.fromtimestamp(entry.modified, tz=UTC) if entry.modified is not None else None
+        rows.append(Row(entry.name, entry.url, _href(entry.url, pick), entry.is_dir, size, modified, kind))
     return rows
 
 
