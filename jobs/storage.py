@@ -19,6 +19,7 @@ What the console needs from it:
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import stat
@@ -367,10 +368,11 @@ def can_view(url: str) -> bool:
     return can_edit(url) or PurePosixPath(url).suffix.lower() in VIEWABLE_SUFFIXES
 
 
-def listdir(url: str) -> list[Entry]:
+def listdir(url: str, most: int | None = None) -> list[Entry]:
     """The folders then files directly in folder `url` (ending in '/'), listed through the resolved
     folder opened without following links (as read_stored): a folder swapped for a link since
-    local_path looked is refused, not listed."""
+    local_path looked is refused, not listed. `most`: at most that many entries are read (in the
+    folder's own order, then sorted), so a folder of millions costs no more than that."""
     path = local_path(url)
     bucket = bucket_of(url)
     base = _bucket_dir(bucket, url)
@@ -379,7 +381,7 @@ def listdir(url: str) -> list[Entry]:
     try:
         # The entries are read while the folder is open: they are looked at relative to it.
         with hostpaths.open_dir(base, path.relative_to(base)) as folder, os.scandir(folder) as it:
-            for entry in it:
+            for entry in itertools.islice(it, most):
                 is_dir = entry.is_dir(follow_symlinks=False)
                 child = prefix + entry.name + ("/" if is_dir else "")
                 try:

@@ -379,6 +379,27 @@ def test_links_that_name_each_other_are_refused_not_an_error(user_client, obs):
     ]
 
 
+@pytest.mark.django_db
+def test_a_folder_of_more_entries_than_the_browser_reads_is_listed_in_part(user_client, obs, monkeypatch):
+    """A job can fill its bucket with millions of empty files: the listing reads MAX_READ of them
+    (plus one, to know there are more) and says so; it held ~200 MB a request when it read all."""
+    from jobs.views import storage_browser
+
+    monkeypatch.setattr(storage_browser, "MAX_ROWS", 2)
+    monkeypatch.setattr(storage_browser, "MAX_READ", 5)
+    many = obs / "data-1" / "many"
+    many.mkdir()
+    for i in range(5):
+        (many / f"f{i}.txt").write_text("")
+    html = user_client.get(browse("obs://data-1/many/")).content.decode()
+    assert "Showing the first 2 of 5 entries." in html
+    for i in range(5, 8):
+        (many / f"f{i}.txt").write_text("")
+    html = user_client.get(browse("obs://data-1/many/")).content.decode()
+    assert "Showing the first 2 of the first 5 entries read: the folder holds more" in html
+    assert len(storage.listdir("obs://data-1/many/", 3)) == 3
+
+
 def test_local_path_confines_to_the_root(settings, tmp_path):
     root, outside = tmp_path / "root", tmp_path / "outside"
     (root / "good" / "dir").mkdir(parents=True)

@@ -38,6 +38,9 @@ from jobs import validators as v
 from jobs.i18n import lazy_fill
 
 MAX_ROWS = 1000  # a folder with more entries shows the first ones (folders first, by name)
+# A folder is read no further than this: a job can fill its bucket with millions of empty files,
+# and a listing of all of them held ~200 MB of the web process per request.
+MAX_READ = 10 * MAX_ROWS
 PICK_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")  # becomes part of an element id: #id_<field>
 SUFFIX_RULE = lazy_fill(
     _("only %(editable)s files can be edited and %(viewable)s files viewed here"),
@@ -160,7 +163,8 @@ def _buckets(pick: str, allowed: set[str]) -> list[Row]:
 
 def _rows(url: str, pick: str) -> list[Row]:
     rows = []
-    for entry in storage.listdir(url):  # its times too: read through the opened folder, not by path
+    # One more than MAX_READ: whether there are more. Times too: read through the opened folder, not by path.
+    for entry in storage.listdir(url, MAX_READ + 1):
         kind = "dir" if entry.is_dir else "edit" if entry.editable else "view" if entry.viewable else "none"
         size = "" if entry.is_dir else storage.human_bytes(entry.size)
         modified = datetime.fromtimestamp(entry.modified, tz=UTC) if entry.modified is not None else None
@@ -220,7 +224,8 @@ def _browse(url: str, pick: str, allowed: set[str]) -> dict:
         if path.is_dir():
             url = _normal(url, True)
             rows = _rows(url, pick)
-            context |= {"mode": "folder", "rows": rows[:MAX_ROWS], "total": len(rows)}
+            cut = len(rows) > MAX_READ
+            context |= {"mode": "folder", "rows": rows[:MAX_ROWS], "total": min(len(rows), MAX_READ), "cut": cut}
         elif path.exists():
             url = _normal(url, False)
             name = _parts(url)[1][-1]  # a file is never a bucket: it has a last part
