@@ -382,7 +382,7 @@ def test_links_that_name_each_other_are_refused_not_an_error(user_client, obs):
 @pytest.mark.django_db
 def test_a_folder_of_more_entries_than_the_browser_reads_is_listed_in_part(user_client, obs, monkeypatch):
     """A job can fill its bucket with millions of empty files: the listing reads MAX_READ of them
-    (plus one, to know there are more) and says so; it held ~200 MB a request when it read all."""
+    (plus one, to know there are more) and says so, instead of holding every one in the web process."""
     from jobs.views import storage_browser
 
     monkeypatch.setattr(storage_browser, "MAX_ROWS", 2)

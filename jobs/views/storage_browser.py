@@ -39,7 +39,7 @@ from jobs.i18n import lazy_fill
 
 MAX_ROWS = 1000  # a folder with more entries shows the first ones (folders first, by name)
 # A folder is read no further than this: a job can fill its bucket with millions of empty files,
-# and a listing of all of them held ~200 MB of the web process per request.
+# and a listing of all of them held every one in the web process (~200 bytes each, estimated).
 MAX_READ = 10 * MAX_ROWS
 PICK_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")  # becomes part of an element id: #id_<field>
 SUFFIX_RULE = lazy_fill(
