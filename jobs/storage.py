@@ -224,6 +224,24 @@ def exists(url: str) -> bool:
         return False
 
 
+@contextmanager
+def _resolved_folder(url: str, path: Path) -> Iterator[tuple[int, str]]:
+    """(descriptor, path from the bucket folder) of folder `path`, which local_path(url) resolved:
+    opened from the bucket folder one part at a time without following links, so that a folder a
+    job swapped for a link since local_path looked is refused (a StorageError naming it), never
+    followed out of the bucket. What is missing, here or in the body, is NotInStorage."""
+    bucket = bucket_of(url)
+    base = _bucket_dir(bucket, url)
+    relative = path.relative_to(base).as_posix()
+    try:
+        with hostpaths.open_dir(base, relative) as folder:
+            yield folder, relative
+    except hostpaths.PathEscape as exc:
+        raise _escape(bucket, exc) from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise NotInStorage(gettext("'%(url)s' does not exist in object storage.") % {"url": url}) from None
+
+
 @dataclass(frozen=True)
 class Usage:
     """What a folder holds. `complete` is False when the walk stopped early at `stop_after_*`
@@ -258,9 +276,6 @@ def measure(
     bytes or `stop_after_folders` folders, so an enormous folder is refused without being read
     entirely.
     """
-    path = local_path(url)
-    bucket = bucket_of(url)
-    base = _bucket_dir(bucket, url)
     counts = {"bytes": 0, "files": 0, "folders": 0, "depth": 0}
 
     def over() -> bool:
@@ -299,14 +314,9 @@ def measure(
                     return False
         return True
 
-    relative = path.relative_to(base).as_posix()
     try:
-        with hostpaths.open_dir(base, relative) as top:
+        with _resolved_folder(url, local_path(url)) as (top, relative):
             complete = walk(top, 0, "" if relative == "." else f"{relative}/")  # named from the bucket
-    except hostpaths.PathEscape as exc:
-        raise _escape(bucket, exc) from None
-    except (FileNotFoundError, NotADirectoryError):
-        raise StorageError(gettext("'%(url)s' does not exist in object storage.") % {"url": url}) from None
     except OSError as exc:
         raise StorageError(gettext("Cannot read '%(url)s': %(why)s.") % {"url": url, "why": exc.strerror}) from None
     return Usage(counts["bytes"], counts["files"], counts["depth"], complete, counts["folders"])
@@ -357,7 +367,7 @@ class Entry:
     size: int
     editable: bool
     viewable: bool
-    modified: float | None = None
+    modified: float  # st_mtime, from the listing's own stat
 
 
 def can_edit(url: str) -> bool:
@@ -373,28 +383,20 @@ def listdir(url: str, most: int | None = None) -> list[Entry]:
     folder opened without following links (as read_stored): a folder swapped for a link since
     local_path looked is refused, not listed. `most`: at most that many entries are read (in the
     folder's own order, then sorted), so a folder of millions costs no more than that."""
-    path = local_path(url)
-    bucket = bucket_of(url)
-    base = _bucket_dir(bucket, url)
     prefix = url if url.endswith("/") else url + "/"
     out = []
-    try:
-        # The entries are read while the folder is open: they are looked at relative to it.
-        with hostpaths.open_dir(base, path.relative_to(base)) as folder, os.scandir(folder) as it:
-            for entry in itertools.islice(it, most):
-                is_dir = entry.is_dir(follow_symlinks=False)
-                child = prefix + entry.name + ("/" if is_dir else "")
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:  # removed while we were listing
-                    continue
-                size = 0 if is_dir else st.st_size
-                editable, viewable = not is_dir and can_edit(child), not is_dir and can_view(child)
-                out.append(Entry(entry.name, child, is_dir, size, editable, viewable, st.st_mtime))
-    except hostpaths.PathEscape as exc:
-        raise _escape(bucket, exc) from None
-    except (FileNotFoundError, NotADirectoryError):
-        raise StorageError(gettext("'%(url)s' does not exist in object storage.") % {"url": url}) from None
+    # The entries are read while the folder is open: they are looked at relative to it.
+    with _resolved_folder(url, local_path(url)) as (folder, _), os.scandir(folder) as it:
+        for entry in itertools.islice(it, most):
+            is_dir = entry.is_dir(follow_symlinks=False)
+            child = prefix + entry.name + ("/" if is_dir else "")
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:  # removed while we were listing
+                continue
+            size = 0 if is_dir else st.st_size
+            editable, viewable = not is_dir and can_edit(child), not is_dir and can_view(child)
+            out.append(Entry(entry.name, child, is_dir, size, editable, viewable, st.st_mtime))
     return sorted(out, key=lambda e: (not e.is_dir, e.name))
 
 
@@ -414,19 +416,16 @@ def read_stored(url: str) -> StoredFile:
     bucket; anything but a regular file is refused without waiting on it (a job's FIFO). At most
     MAX_TEXT_BYTES are read, also of a file that grew past them since its size was taken."""
     path = local_path(url)
-    bucket = bucket_of(url)
-    base = _bucket_dir(bucket, url)
-    if path == base:
+    if path == _bucket_dir(bucket_of(url), url):
         raise StorageError(f"'{url}' is a folder.")
-    try:
-        with hostpaths.open_dir(base, path.parent.relative_to(base)) as folder:
-            with hostpaths.open_regular(folder, path.name) as f:
-                st = os.fstat(f.fileno())
-                data = f.read(MAX_TEXT_BYTES + 1) if st.st_size <= MAX_TEXT_BYTES else b""
-    except hostpaths.PathEscape as exc:
-        raise _escape(bucket, exc) from None
-    except (FileNotFoundError, NotADirectoryError):
-        raise NotInStorage(gettext("'%(url)s' does not exist in object storage.") % {"url": url}) from None
+    with _resolved_folder(url, path.parent) as (folder, relative):
+        try:
+            f = hostpaths.open_regular(folder, path.name)
+        except hostpaths.PathEscape:  # the file itself is a link: named from the bucket, as a folder is
+            raise hostpaths.PathEscape(path.name if relative == "." else f"{relative}/{path.name}") from None
+        with f:
+            st = os.fstat(f.fileno())
+            data = f.read(MAX_TEXT_BYTES + 1) if st.st_size <= MAX_TEXT_BYTES else b""
     size = max(st.st_size, len(data))
     return StoredFile(size, st.st_mtime, data if size <= MAX_TEXT_BYTES else None)
 
@@ -462,25 +461,20 @@ def write_text(url: str, text: str) -> None:
     # local_path resolved the links (and refused those out of the bucket); the write itself goes
     # through the resolved folder opened without following links, so that a folder swapped for a
     # link meanwhile is refused, not followed.
-    bucket = bucket_of(url)
-    base = _bucket_dir(bucket, url)
-    try:
-        with hostpaths.open_dir(base, path.parent.relative_to(base)) as folder:
-            try:
-                st = os.stat(path.name, dir_fd=folder, follow_symlinks=False)
-                if stat.S_ISDIR(st.st_mode):
-                    raise StorageError(f"'{url}' is a folder.")
-                # Keep the file's mode: saving run.sh from the editor must not drop its execute bit.
-                # The file's permissions, without setuid/setgid/sticky bits a job may have set.
-                mode = (st.st_mode & 0o777) if stat.S_ISREG(st.st_mode) else 0o666 & ~_umask()
-                owner = console_owner(st)  # a save keeps the file's owner: the job that wrote it still may
-            except FileNotFoundError:
-                mode = 0o666 & ~_umask()  # a new file: what a plain open() would have made
-                owner = console_owner()
-            # A unique temporary name and a rename: two saves of one file at once never mix.
-            hostpaths.write_file(folder, path.name, data, mode=mode, owner=owner)
-    except hostpaths.PathEscape as exc:
-        raise _escape(bucket, exc) from None
+    with _resolved_folder(url, path.parent) as (folder, _):
+        try:
+            st = os.stat(path.name, dir_fd=folder, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                raise StorageError(f"'{url}' is a folder.")
+            # Keep the file's mode: saving run.sh from the editor must not drop its execute bit.
+            # The file's permissions, without setuid/setgid/sticky bits a job may have set.
+            mode = (st.st_mode & 0o777) if stat.S_ISREG(st.st_mode) else 0o666 & ~_umask()
+            owner = console_owner(st)  # a save keeps the file's owner: the job that wrote it still may
+        except FileNotFoundError:
+            mode = 0o666 & ~_umask()  # a new file: what a plain open() would have made
+            owner = console_owner()
+        # A unique temporary name and a rename: two saves of one file at once never mix.
+        hostpaths.write_file(folder, path.name, data, mode=mode, owner=owner)
 
 
 def _umask() -> int:

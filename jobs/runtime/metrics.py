@@ -92,10 +92,12 @@ class Scrape:
 # job wrote (up to the scrape's 2 MiB) is never backtracked over. The old pattern took any text in
 # braces and then looked for labels in it: `m{` and 40,000 letters took 32 s, holding the GIL.
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*+"
-_LABEL = r'\s*+[a-zA-Z_][a-zA-Z0-9_]*+\s*+=\s*+"(?:[^"\\]|\\.)*+"\s*+,?+'
+_LABEL_NAME, _LABEL_VALUE = r"[a-zA-Z_][a-zA-Z0-9_]*+", r'(?:[^"\\]|\\.)*+'
+_LABEL = rf'\s*+{_LABEL_NAME}\s*+=\s*+"{_LABEL_VALUE}"\s*+,?+'
 _SAMPLE_RE = re.compile(rf"({_NAME})(?:\{{((?:{_LABEL})*+)\s*+\}})?+\s++(\S++)(?:\s++-?\d++)?+\s*+")
-# The labels of a sample that matched: one match after the other from the start, each found at once.
-_LABEL_RE = re.compile(r'\s*+([a-zA-Z_][a-zA-Z0-9_]*+)\s*+=\s*+"((?:[^"\\]|\\.)*+)"\s*+,?+')
+# The labels of a sample that matched (the same pattern, with groups): one match after the other
+# from the start, each found at once.
+_LABEL_RE = re.compile(rf'\s*+({_LABEL_NAME})\s*+=\s*+"({_LABEL_VALUE})"\s*+,?+')
 _VALUES = {"+Inf": math.inf, "-Inf": -math.inf, "NaN": math.nan}
 
 

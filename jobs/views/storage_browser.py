@@ -167,7 +167,7 @@ def _rows(url: str, pick: str) -> list[Row]:
     for entry in storage.listdir(url, MAX_READ + 1):
         kind = "dir" if entry.is_dir else "edit" if entry.editable else "view" if entry.viewable else "none"
         size = "" if entry.is_dir else storage.human_bytes(entry.size)
-        modified = datetime.fromtimestamp(entry.modified, tz=UTC) if entry.modified is not None else None
+        modified = datetime.fromtimestamp(entry.modified, tz=UTC)
         rows.append(Row(entry.name, entry.url, _href(entry.url, pick), entry.is_dir, size, modified, kind))
     return rows
 
