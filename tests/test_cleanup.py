@@ -222,10 +222,13 @@ def test_the_volume_an_image_declares_goes_with_the_container(demo, docker_clien
     tag = f"console-test/volume-{TEST_LABEL[1]}:latest"
     build_image(docker_client, tag, f"FROM {BUSYBOX}\nVOLUME /scratch\n")
     try:
-        job = submit_job(demo, name="scratch", image=tag, command="echo filled > /scratch/f; sleep 2")
+        # It ends when the test says so: seen running however slow the machine.
+        command = "echo filled > /scratch/f; while [ ! -e /tmp/go ]; do sleep 0.1; done"
+        job = submit_job(demo, name="scratch", image=tag, command=command)
         container = docker_client.containers.get(running_instance(job).container_id)
         scratch = [m["Name"] for m in container.attrs["Mounts"] if m["Destination"] == "/scratch"]
         assert len(scratch) == 1 and docker_client.volumes.get(scratch[0])
+        assert container.exec_run(["touch", "/tmp/go"], user="1000:1000").exit_code == 0
         wait_for(lambda: ended(job), message="the job to end")
         wait_for(
             lambda: not docker_client.containers.list(all=True, sparse=True, filters={"id": container.id}),
